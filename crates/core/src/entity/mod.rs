@@ -1,0 +1,3 @@
+//! sea-orm entities. There is one table: Airflow's `job`.
+
+pub mod job;

@@ -1,0 +1,223 @@
+//! The vocabulary of Airflow's Jobs table.
+//!
+//! Each type converts to and from the exact string Airflow stores, so rows that
+//! Airflow wrote read back unchanged and rows Overseer writes look like Airflow's own.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// `job.state`: liveness bookkeeping, as Airflow's `JobState` means it.
+///
+/// It says whether the process behind a row is still running, never whether the
+/// executor is healthy: that verdict lives in `executor_health` ([`ExecutorHealth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// The process is alive and heartbeating.
+    Running,
+    /// The process ended on purpose.
+    Success,
+    /// Airflow's state for a job being restarted.
+    Restarting,
+    /// The process died, or a later start found its row still open.
+    Failed,
+}
+
+impl JobState {
+    /// Every state, in Airflow's order.
+    pub const ALL: [JobState; 4] = [Self::Running, Self::Success, Self::Restarting, Self::Failed];
+
+    /// The string stored in `job.state`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Restarting => "restarting",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// `job.job_type`: which kind of Airflow component a row belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobType {
+    /// Airflow's scheduler (`SchedulerJobRunner`).
+    SchedulerJob,
+    /// Airflow's triggerer (`TriggererJobRunner`).
+    TriggererJob,
+    /// Airflow's standalone DAG processor (`DagProcessorJobRunner`).
+    DagProcessorJob,
+    /// An executor supervised by Overseer: the row type Overseer adds.
+    ExecutorJob,
+}
+
+impl JobType {
+    /// Every job type, the three of Airflow first.
+    pub const ALL: [JobType; 4] = [
+        Self::SchedulerJob,
+        Self::TriggererJob,
+        Self::DagProcessorJob,
+        Self::ExecutorJob,
+    ];
+
+    /// The string stored in `job.job_type`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::SchedulerJob => "SchedulerJob",
+            Self::TriggererJob => "TriggererJob",
+            Self::DagProcessorJob => "DagProcessorJob",
+            Self::ExecutorJob => "ExecutorJob",
+        }
+    }
+}
+
+/// An executor's health: the verdict of its health check.
+///
+/// `Unknown` is the default, so an executor without a real check never shows as dead.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "health", rename_all = "lowercase")]
+pub enum ExecutorHealth {
+    /// The check answered and found nothing wrong.
+    Healthy,
+    /// The check found a fault, or did not answer in time.
+    Unhealthy {
+        /// Why, in plain words for an operator. Never carries a credential.
+        reason: String,
+    },
+    /// No check has answered yet, or the executor has no check.
+    #[default]
+    Unknown,
+}
+
+impl ExecutorHealth {
+    /// An `Unhealthy` verdict with its reason.
+    pub fn unhealthy(reason: impl Into<String>) -> Self {
+        Self::Unhealthy {
+            reason: reason.into(),
+        }
+    }
+
+    /// The string stored in `job.executor_health`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy { .. } => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The reason stored in `job.executor_health_reason`, if any.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Unhealthy { reason } => Some(reason),
+            Self::Healthy | Self::Unknown => None,
+        }
+    }
+
+    /// Rebuilds a verdict from the two columns it is stored in.
+    pub fn from_columns(health: &str, reason: Option<&str>) -> Result<Self, Error> {
+        match health {
+            "healthy" => Ok(Self::Healthy),
+            "unhealthy" => Ok(Self::unhealthy(reason.unwrap_or_default())),
+            "unknown" => Ok(Self::Unknown),
+            other => Err(Error::UnexpectedValue {
+                column: "executor_health",
+                value: other.to_owned(),
+            }),
+        }
+    }
+}
+
+macro_rules! string_forms {
+    ($ty:ty, $column:literal) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = Error;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| Error::UnexpectedValue {
+                        column: $column,
+                        value: s.to_owned(),
+                    })
+            }
+        }
+    };
+}
+
+string_forms!(JobState, "state");
+string_forms!(JobType, "job_type");
+
+impl fmt::Display for ExecutorHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unhealthy { reason } => write!(f, "unhealthy: {reason}"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_states_round_trip_through_airflow_strings() {
+        for (state, text) in [
+            (JobState::Running, "running"),
+            (JobState::Success, "success"),
+            (JobState::Restarting, "restarting"),
+            (JobState::Failed, "failed"),
+        ] {
+            assert_eq!(state.to_string(), text);
+            assert_eq!(text.parse::<JobState>().unwrap(), state);
+        }
+        let err = "queued".parse::<JobState>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"job table: state has unexpected value "queued""#
+        );
+    }
+
+    #[test]
+    fn job_types_round_trip_through_airflow_strings() {
+        for (ty, text) in [
+            (JobType::SchedulerJob, "SchedulerJob"),
+            (JobType::TriggererJob, "TriggererJob"),
+            (JobType::DagProcessorJob, "DagProcessorJob"),
+            (JobType::ExecutorJob, "ExecutorJob"),
+        ] {
+            assert_eq!(ty.to_string(), text);
+            assert_eq!(text.parse::<JobType>().unwrap(), ty);
+        }
+        assert!("LocalTaskJob".parse::<JobType>().is_err());
+    }
+
+    #[test]
+    fn executor_health_defaults_to_unknown_and_keeps_its_reason() {
+        assert_eq!(ExecutorHealth::default(), ExecutorHealth::Unknown);
+        let verdict = ExecutorHealth::unhealthy("broker unreachable");
+        assert_eq!(verdict.as_str(), "unhealthy");
+        assert_eq!(verdict.reason(), Some("broker unreachable"));
+        assert_eq!(
+            ExecutorHealth::from_columns("unhealthy", Some("broker unreachable")).unwrap(),
+            verdict
+        );
+        assert_eq!(
+            ExecutorHealth::from_columns("healthy", Some("ignored")).unwrap(),
+            ExecutorHealth::Healthy
+        );
+        assert!(ExecutorHealth::from_columns("sick", None).is_err());
+    }
+}

@@ -1,0 +1,25 @@
+//! # overseer-migration
+//!
+//! The schema Overseer needs in Airflow's metadata database, as sea-orm migrations.
+//!
+//! # Layout
+//! - [`Migrator`]: the ordered list of migrations, for `overseer migrate` and `serve`.
+//! - `m20261129_000001_executor_health`: Airflow's `job` table where it is missing,
+//!   and the four executor-health columns.
+//!
+//! Overseer only ever adds to Airflow's schema: `down` removes what `up` added to a
+//! table and never drops the table itself, which Airflow's rows live in.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_executor_health;
+
+/// Overseer's migrations, oldest first.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_executor_health::Migration)]
+    }
+}
