@@ -1,0 +1,149 @@
+//! Job rows through the entity and the storage functions, on every backend:
+//! rows Overseer writes, and rows in the forms Airflow itself stores.
+
+use chrono::{DateTime, TimeZone, Timelike, Utc};
+use overseer_core::storage::{self, NewJob};
+use overseer_core::{ExecutorHealth, JobState, JobType};
+use overseer_migration::{Migrator, MigratorTrait};
+use overseer_testkit::{TestDb, all_backends};
+use sea_orm::DbBackend;
+
+async fn migrated() -> Vec<TestDb> {
+    let dbs = all_backends().await;
+    for db in &dbs {
+        Migrator::up(&db.conn, None).await.unwrap();
+    }
+    dbs
+}
+
+fn at(h: u32, m: u32, s: u32, micros: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 29, h, m, s)
+        .unwrap()
+        .with_nanosecond(micros * 1000)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_executor_row_written_reads_back_field_for_field() {
+    for db in migrated().await {
+        let started = at(19, 48, 48, 365_305);
+        let written = storage::insert(
+            &db.conn,
+            NewJob {
+                job_type: JobType::ExecutorJob,
+                state: JobState::Running,
+                executor_class: Some("alias:CeleryExecutor".into()),
+                hostname: "sched-1".into(),
+                unixname: "airflow".into(),
+                executor_instance: Some("redis://broker:6379/0".into()),
+                start_date: started,
+            },
+        )
+        .await
+        .unwrap();
+
+        let read = storage::find(&db.conn, written.id)
+            .await
+            .unwrap()
+            .expect("the row");
+        assert_eq!(read, written, "{:?}", db.backend);
+        assert_eq!(read.state().unwrap(), Some(JobState::Running));
+        assert_eq!(read.job_type().unwrap(), Some(JobType::ExecutorJob));
+        assert_eq!(read.executor_health().unwrap(), ExecutorHealth::Unknown);
+        assert_eq!(read.start_date, Some(started), "{:?}", db.backend);
+        assert_eq!(read.latest_heartbeat, Some(started), "{:?}", db.backend);
+        assert_eq!(read.end_date, None);
+        assert_eq!(read.executor_class.as_deref(), Some("alias:CeleryExecutor"));
+        assert_eq!(
+            read.executor_instance.as_deref(),
+            Some("redis://broker:6379/0")
+        );
+        assert_eq!(read.hostname.as_deref(), Some("sched-1"));
+        assert_eq!(read.unixname.as_deref(), Some("airflow"));
+
+        assert_eq!(storage::open_jobs(&db.conn).await.unwrap(), vec![read]);
+    }
+}
+
+/// Rows as Airflow writes them, in each backend's stored timestamp form:
+/// timezone-aware on Postgres (here given at +02:00), naive UTC text on SQLite,
+/// naive UTC in MySQL's TIMESTAMP(6).
+fn airflow_insert(backend: DbBackend) -> String {
+    let ts = |utc: &str, pg_plus_two: &str| match backend {
+        DbBackend::Postgres => format!("'2026-11-29 {pg_plus_two}+02'"),
+        _ => format!("'2026-11-29 {utc}'"),
+    };
+    let old = ts("19:40:00.000001", "21:40:00.000001");
+    let new = ts("19:48:48.365305", "21:48:48.365305");
+    let newest = ts("19:49:00.5", "21:49:00.5");
+    format!(
+        "INSERT INTO job (id, state, job_type, start_date, end_date, latest_heartbeat, hostname, unixname) VALUES \
+         (1, 'running', 'SchedulerJob', {old}, NULL, {new}, 'sched-1', 'airflow'), \
+         (2, 'success', 'SchedulerJob', {old}, {newest}, {newest}, 'sched-2', 'airflow'), \
+         (3, 'running', 'SchedulerJob', {old}, NULL, {old}, 'sched-3', 'airflow'), \
+         (4, 'failed', 'TriggererJob', {old}, NULL, {new}, 'trig-1', 'airflow')"
+    )
+}
+
+#[tokio::test]
+async fn rows_airflow_wrote_read_back_as_utc_on_every_backend() {
+    for db in all_backends().await {
+        db.create_airflow_job_table().await;
+        db.execute_script(&airflow_insert(db.backend)).await;
+        Migrator::up(&db.conn, None).await.unwrap();
+
+        let row = storage::find(&db.conn, 1).await.unwrap().expect("row 1");
+        assert_eq!(row.start_date, Some(at(19, 40, 0, 1)), "{:?}", db.backend);
+        assert_eq!(
+            row.latest_heartbeat,
+            Some(at(19, 48, 48, 365_305)),
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(row.end_date, None);
+        assert_eq!(row.job_type().unwrap(), Some(JobType::SchedulerJob));
+        assert_eq!(row.executor_health().unwrap(), ExecutorHealth::Unknown);
+
+        let ended = storage::find(&db.conn, 2).await.unwrap().expect("row 2");
+        assert_eq!(
+            ended.end_date,
+            Some(at(19, 49, 0, 500_000)),
+            "{:?}",
+            db.backend
+        );
+    }
+}
+
+#[tokio::test]
+async fn most_recent_follows_airflows_rule_running_first_then_latest_heartbeat() {
+    for db in all_backends().await {
+        db.create_airflow_job_table().await;
+        db.execute_script(&airflow_insert(db.backend)).await;
+        Migrator::up(&db.conn, None).await.unwrap();
+
+        // Row 2 has the newest heartbeat but has ended; of the running rows, row 1 is newer.
+        let scheduler = storage::most_recent(&db.conn, JobType::SchedulerJob)
+            .await
+            .unwrap();
+        assert_eq!(scheduler.map(|r| r.id), Some(1), "{:?}", db.backend);
+
+        // With no running row, the most recent is the newest heartbeat of any state.
+        let triggerer = storage::most_recent(&db.conn, JobType::TriggererJob)
+            .await
+            .unwrap();
+        assert_eq!(triggerer.map(|r| r.id), Some(4), "{:?}", db.backend);
+
+        let dag_processor = storage::most_recent(&db.conn, JobType::DagProcessorJob)
+            .await
+            .unwrap();
+        assert_eq!(dag_processor, None, "{:?}", db.backend);
+
+        let open: Vec<i32> = storage::open_jobs(&db.conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(open, [1, 3, 4], "{:?}", db.backend);
+    }
+}
