@@ -1,1 +1,115 @@
-fn main() {}
+//! The `overseer` binary. Exit codes: 0 done, 1 a failure while running,
+//! 2 a bad command line or configuration (nothing was written).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use overseer::cli::{Cli, Command, MigrateAction};
+use overseer::config::{self, Config, Overrides};
+use overseer::secret::scrub;
+use overseer::{db, logging, serve};
+use overseer_migration::{Migrator, MigratorTrait};
+
+/// The exit code of a bad command line or configuration, as clap uses for usage errors.
+const EXIT_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+
+    let overrides = Overrides {
+        config_file: cli.config.clone(),
+        bind: match cli.command {
+            Command::Serve { bind } => bind,
+            _ => None,
+        },
+    };
+    let config = match config::load(&overrides) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", scrub(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve { .. } => serve::run(config, serve::shutdown_signal()).await,
+        Command::Config => {
+            let text = toml::to_string(&config).context("while printing the configuration")?;
+            print!("{text}");
+            Ok(())
+        }
+        Command::Migrate { action } => migrate(action.unwrap_or(MigrateAction::Up), &config).await,
+    }
+}
+
+async fn migrate(action: MigrateAction, config: &Config) -> anyhow::Result<()> {
+    let url = &config.database.url;
+    let db = db::connect(url).await?;
+    let scrubbed = |e: sea_orm::DbErr| anyhow::anyhow!(url.scrub_from(&e.to_string()));
+    match action {
+        MigrateAction::Up => {
+            let pending = Migrator::get_pending_migrations(&db)
+                .await
+                .map_err(scrubbed)?;
+            Migrator::up(&db, None)
+                .await
+                .map_err(scrubbed)
+                .context("while migrating up")?;
+            for migration in &pending {
+                println!("applied {}", migration.name());
+            }
+            if pending.is_empty() {
+                println!("the schema is up to date");
+            }
+        }
+        MigrateAction::Down => {
+            let applied = Migrator::get_applied_migrations(&db)
+                .await
+                .map_err(scrubbed)?;
+            Migrator::down(&db, Some(1))
+                .await
+                .map_err(scrubbed)
+                .context("while migrating down")?;
+            match applied.last() {
+                Some(migration) => println!("rolled back {}", migration.name()),
+                None => println!("no migration is applied"),
+            }
+        }
+        MigrateAction::Status => {
+            for migration in Migrator::get_migration_with_status_read_only(&db)
+                .await
+                .map_err(scrubbed)?
+            {
+                println!(
+                    "{:<40} {}",
+                    migration.name(),
+                    migration.status().to_string().to_lowercase()
+                );
+            }
+        }
+    }
+    db.close().await.map_err(scrubbed)?;
+    Ok(())
+}

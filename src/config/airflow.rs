@@ -1,0 +1,322 @@
+//! Airflow's own environment variables, as a configuration layer.
+//!
+//! Pointed at an Airflow deployment's environment, Overseer finds the same
+//! metadata database, executors, broker and health thresholds Airflow uses.
+//! Each value is translated here into Overseer's keys; an error names the
+//! Airflow variable it came from.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use figment::value::{Dict, Map, Value};
+use figment::{Metadata, Profile, Provider};
+
+use super::executor::{ExecutorKind, ExecutorName};
+use super::{ConfigError, ExecutorConfig, duration};
+
+/// Airflow's metadata database, as a SQLAlchemy URL.
+pub const SQL_ALCHEMY_CONN: &str = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN";
+/// Airflow's executors: a comma-separated list of `Class` or `alias:Class`.
+pub const EXECUTOR: &str = "AIRFLOW__CORE__EXECUTOR";
+/// The Celery broker every Celery executor of the deployment uses.
+pub const BROKER_URL: &str = "AIRFLOW__CELERY__BROKER_URL";
+/// The queue tasks go to when they name none.
+pub const DEFAULT_QUEUE: &str = "AIRFLOW__OPERATORS__DEFAULT_QUEUE";
+/// Seconds without a heartbeat before Airflow calls its scheduler unhealthy.
+pub const SCHEDULER_THRESHOLD: &str = "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD";
+/// The same for the triggerer.
+pub const TRIGGERER_THRESHOLD: &str = "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD";
+/// The same for the standalone DAG processor.
+pub const DAG_PROCESSOR_THRESHOLD: &str = "AIRFLOW__DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD";
+
+/// Airflow's broker when `[celery] broker_url` is unset.
+pub const AIRFLOW_DEFAULT_BROKER: &str = "redis://redis:6379/0";
+
+/// The values Airflow's environment sets, as Overseer keys, with the variable
+/// each came from (for error messages).
+pub struct AirflowEnv {
+    values: Dict,
+    origins: BTreeMap<String, &'static str>,
+}
+
+impl AirflowEnv {
+    /// Reads Airflow's variables through `lookup`. `earlier` are the executors the
+    /// earlier layers configured: an executor Airflow names keeps their settings
+    /// (queues, worker ping) for the same name.
+    pub fn read(
+        lookup: impl Fn(&str) -> Option<String>,
+        earlier: &[ExecutorConfig],
+    ) -> Result<Self, ConfigError> {
+        let mut env = Self {
+            values: Dict::new(),
+            origins: BTreeMap::new(),
+        };
+        let set = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
+
+        if let Some(conn) = set(SQL_ALCHEMY_CONN) {
+            let url = sqlalchemy_to_sea_orm(&conn).map_err(|problem| {
+                ConfigError::new("database.url", env_var(SQL_ALCHEMY_CONN), problem)
+            })?;
+            env.insert(&["database", "url"], Value::from(url), SQL_ALCHEMY_CONN);
+        }
+
+        for (var, key) in [
+            (SCHEDULER_THRESHOLD, "scheduler"),
+            (TRIGGERER_THRESHOLD, "triggerer"),
+            (DAG_PROCESSOR_THRESHOLD, "dag_processor"),
+        ] {
+            if let Some(text) = set(var) {
+                let threshold = parse_seconds(&text).map_err(|problem| {
+                    ConfigError::new(format!("thresholds.{key}"), env_var(var), problem)
+                })?;
+                env.insert(
+                    &["thresholds", key],
+                    Value::from(duration::format(threshold)),
+                    var,
+                );
+            }
+        }
+
+        let broker = set(BROKER_URL);
+        let default_queue = set(DEFAULT_QUEUE).map(|q| q.trim().to_owned());
+        let executors = match set(EXECUTOR) {
+            Some(list) => Some(executors_from(
+                &list,
+                earlier,
+                broker.as_deref(),
+                default_queue.as_deref(),
+            )?),
+            // No executor list from Airflow: its broker and queue still apply to the
+            // Celery executors configured before.
+            None if broker.is_some() || default_queue.is_some() => {
+                let mut executors = earlier.to_vec();
+                for executor in &mut executors {
+                    apply_celery(executor, broker.as_deref(), default_queue.as_deref(), false);
+                }
+                Some(executors)
+            }
+            None => None,
+        };
+        if let Some(executors) = executors {
+            let value = Value::serialize(&executors).expect("executors serialize");
+            env.insert(&["executors"], value, EXECUTOR);
+        }
+        Ok(env)
+    }
+
+    fn insert(&mut self, path: &[&str], value: Value, var: &'static str) {
+        self.origins.insert(path.join("."), var);
+        let (last, parents) = path.split_last().expect("a key path");
+        let mut dict = &mut self.values;
+        for key in parents {
+            let entry = dict
+                .entry((*key).to_owned())
+                .or_insert_with(|| Value::from(Dict::new()));
+            dict = match entry {
+                Value::Dict(_, inner) => inner,
+                _ => unreachable!("{key} is a section"),
+            };
+        }
+        dict.insert((*last).to_owned(), value);
+    }
+}
+
+/// The executors Airflow's list names, each keeping an earlier layer's settings for
+/// the same name.
+fn executors_from(
+    list: &str,
+    earlier: &[ExecutorConfig],
+    broker: Option<&str>,
+    default_queue: Option<&str>,
+) -> Result<Vec<ExecutorConfig>, ConfigError> {
+    let mut executors = Vec::new();
+    for (index, entry) in list.split(',').map(str::trim).enumerate() {
+        let key = format!("executors[{index}].name");
+        let name: ExecutorName = entry
+            .parse()
+            .map_err(|problem| ConfigError::new(key, env_var(EXECUTOR), problem))?;
+        let name = name.to_string();
+        let mut executor = earlier
+            .iter()
+            .find(|e| e.name == name)
+            .cloned()
+            .unwrap_or_else(|| ExecutorConfig::named(&name));
+        apply_celery(&mut executor, broker, default_queue, true);
+        executors.push(executor);
+    }
+    Ok(executors)
+}
+
+/// Gives a Celery executor Airflow's broker and default queue. With
+/// `airflow_default`, a Celery executor with no broker at all gets Airflow's own
+/// default broker, as Airflow would.
+fn apply_celery(
+    executor: &mut ExecutorConfig,
+    broker: Option<&str>,
+    default_queue: Option<&str>,
+    airflow_default: bool,
+) {
+    let is_celery = executor
+        .name
+        .parse::<ExecutorName>()
+        .is_ok_and(|n| n.kind() == ExecutorKind::Celery);
+    if !is_celery {
+        return;
+    }
+    if let Some(broker) = broker {
+        executor.broker_url = Some(crate::secret::SecretUrl::new(broker.trim()));
+    } else if airflow_default && executor.broker_url.is_none() {
+        executor.broker_url = Some(crate::secret::SecretUrl::new(AIRFLOW_DEFAULT_BROKER));
+    }
+    if let Some(queue) = default_queue
+        && executor.queues == super::default_queues()
+    {
+        executor.queues = vec![queue.to_owned()];
+    }
+}
+
+fn env_var(var: &str) -> String {
+    format!("environment variable {var}")
+}
+
+impl Provider for AirflowEnv {
+    fn metadata(&self) -> Metadata {
+        let origins = self.origins.clone();
+        Metadata::named("Airflow environment").interpolater(move |_: &Profile, keys: &[&str]| {
+            // The longest configured prefix of the key names the variable.
+            (1..=keys.len())
+                .rev()
+                .find_map(|n| origins.get(&keys[..n].join(".")))
+                .map(|var| {
+                    if keys.first() == Some(&"executors") && keys.last() == Some(&"broker_url") {
+                        BROKER_URL
+                    } else {
+                        var
+                    }
+                })
+                .unwrap_or("Airflow environment")
+                .to_owned()
+        })
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.values.clone()))
+    }
+}
+
+/// Translates a SQLAlchemy URL, as Airflow takes it, into a sea-orm one.
+///
+/// - `postgresql://`, `postgresql+psycopg2://`, `postgresql+psycopg://`, `postgres://`
+///   become `postgres://` (query options such as `sslmode` are kept);
+/// - `mysql://`, `mysql+mysqldb://`, `mysql+pymysql://`, ... become `mysql://`;
+/// - `sqlite:////abs/path` (four slashes) is the absolute file `/abs/path`,
+///   `sqlite:///rel/path` a path relative to the working folder, and `sqlite://`
+///   an in-memory database. The file must exist: Overseer does not create
+///   Airflow's database.
+pub fn sqlalchemy_to_sea_orm(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("is not a SQLAlchemy URL (expected dialect://...)".into());
+    };
+    let dialect = scheme
+        .split('+')
+        .next()
+        .unwrap_or(scheme)
+        .to_ascii_lowercase();
+    match dialect.as_str() {
+        "postgresql" | "postgres" => Ok(format!("postgres://{rest}")),
+        "mysql" | "mariadb" => Ok(format!("mysql://{rest}")),
+        "sqlite" => {
+            let path = rest.split('?').next().unwrap_or_default();
+            match path.strip_prefix('/') {
+                None if path.is_empty() => Ok("sqlite::memory:".into()),
+                Some(file) if !file.is_empty() => Ok(format!("sqlite://{file}")),
+                _ => Err(format!(
+                    "SQLite URL {url:?} names no file (expected sqlite:////absolute/path)"
+                )),
+            }
+        }
+        _ => Err(format!(
+            "dialect {scheme:?} is not supported (Overseer reads postgresql, mysql and sqlite databases)"
+        )),
+    }
+}
+
+/// Parses Airflow's thresholds: a number of seconds, integer or fractional.
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            format!(
+                "expected a positive number of seconds, got {:?}",
+                text.trim()
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlalchemy_urls_translate_to_sea_orm_urls() {
+        for (sqlalchemy, sea_orm) in [
+            (
+                "postgresql+psycopg2://airflow:pw@db:5432/airflow",
+                "postgres://airflow:pw@db:5432/airflow",
+            ),
+            (
+                "postgresql://airflow@db/airflow?sslmode=require",
+                "postgres://airflow@db/airflow?sslmode=require",
+            ),
+            (
+                "postgresql+psycopg://a@db/airflow",
+                "postgres://a@db/airflow",
+            ),
+            (
+                "mysql+mysqldb://airflow:pw@db:3306/airflow",
+                "mysql://airflow:pw@db:3306/airflow",
+            ),
+            (
+                "mysql+pymysql://airflow@db/airflow?charset=utf8mb4",
+                "mysql://airflow@db/airflow?charset=utf8mb4",
+            ),
+            (
+                "sqlite:////opt/airflow/airflow.db",
+                "sqlite:///opt/airflow/airflow.db",
+            ),
+            ("sqlite:///airflow.db", "sqlite://airflow.db"),
+            ("sqlite://", "sqlite::memory:"),
+        ] {
+            assert_eq!(
+                sqlalchemy_to_sea_orm(sqlalchemy).unwrap(),
+                sea_orm,
+                "{sqlalchemy}"
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_sqlalchemy_urls_are_refused_without_their_credentials() {
+        let err = sqlalchemy_to_sea_orm("mssql+pyodbc://sa:hunter2@db/airflow").unwrap_err();
+        assert_eq!(
+            err,
+            r#"dialect "mssql+pyodbc" is not supported (Overseer reads postgresql, mysql and sqlite databases)"#
+        );
+        assert!(sqlalchemy_to_sea_orm("airflow.db").is_err());
+    }
+
+    #[test]
+    fn thresholds_are_seconds() {
+        assert_eq!(parse_seconds("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_seconds("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(
+            parse_seconds("-1").unwrap_err(),
+            r#"expected a positive number of seconds, got "-1""#
+        );
+        assert!(parse_seconds("30s").is_err());
+    }
+}

@@ -1,0 +1,77 @@
+//! Durations in configuration, written as people write them: `10s`, `500ms`, `1m 30s`.
+
+use std::time::Duration;
+
+use serde::{Deserializer, Serializer, de};
+
+/// Parses `10s`, `500ms`, `2m`; a bare number (no unit) is refused, being ambiguous.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|_| {
+        format!("invalid duration {text:?}: expected a number and a unit, such as 10s or 500ms")
+    })
+}
+
+/// Shows a duration the way it is written in configuration (`10s`, `1s 500ms`).
+pub fn format(duration: Duration) -> String {
+    humantime::format_duration(duration).to_string()
+}
+
+pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format(*duration))
+}
+
+pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    deserializer.deserialize_any(DurationVisitor)
+}
+
+struct DurationVisitor;
+
+impl DurationVisitor {
+    fn unitless<E: de::Error>(n: impl std::fmt::Display) -> E {
+        E::custom(format!(
+            "invalid duration {n}: a unit is needed, such as {n}s or {n}ms"
+        ))
+    }
+}
+
+impl de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a duration such as 10s or 500ms")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
+        parse(text).map_err(E::custom)
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Duration, E> {
+        Err(Self::unitless(n))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
+        Err(Self::unitless(n))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Duration, E> {
+        Err(Self::unitless(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(parse("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse("1m 30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(
+            parse("ten").unwrap_err(),
+            r#"invalid duration "ten": expected a number and a unit, such as 10s or 500ms"#
+        );
+        assert!(parse("10").is_err());
+        assert_eq!(format(Duration::from_millis(1500)), "1s 500ms");
+    }
+}

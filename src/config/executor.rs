@@ -1,0 +1,158 @@
+//! Executor names as Airflow's `[core] executor` writes them.
+//!
+//! An entry is `Class`, `alias:Class`, or a module path to a custom class
+//! (`my.company.MyExecutor`, `alias:my.company.MyExecutor`). The full entry, as
+//! written, is the `executor_class` of the executor's row.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The executors Airflow 3 knows by their short name.
+pub const CORE_EXECUTORS: [&str; 3] = ["LocalExecutor", "CeleryExecutor", "KubernetesExecutor"];
+
+/// An executor name, split as Airflow splits it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorName {
+    /// The alias before `:`, if any.
+    pub alias: Option<String>,
+    /// The class: a core short name or a dotted module path.
+    pub class: String,
+}
+
+/// Which health check an executor gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// `CeleryExecutor`: the broker is the instance, and it is checked.
+    Celery,
+    /// Any other executor: no check yet, so its verdict stays `unknown`.
+    Unchecked,
+}
+
+impl ExecutorName {
+    /// The check this executor gets, from its class (a module path ending in
+    /// `.CeleryExecutor` is Celery too).
+    pub fn kind(&self) -> ExecutorKind {
+        let class_name = self.class.rsplit('.').next().unwrap_or(&self.class);
+        if class_name == "CeleryExecutor" {
+            ExecutorKind::Celery
+        } else {
+            ExecutorKind::Unchecked
+        }
+    }
+}
+
+impl FromStr for ExecutorName {
+    type Err = String;
+
+    fn from_str(entry: &str) -> Result<Self, String> {
+        let entry = entry.trim();
+        let (alias, class) = match entry.split_once(':') {
+            Some((alias, class)) => (Some(alias.trim()), class.trim()),
+            None => (None, entry),
+        };
+        if class.contains(':') {
+            return Err(format!(
+                "executor {entry:?} has more than one ':' (expected alias:Class)"
+            ));
+        }
+        if alias == Some("") {
+            return Err(format!("executor {entry:?} has an empty alias before ':'"));
+        }
+        if class.is_empty() {
+            return Err(format!("executor {entry:?} names no class"));
+        }
+        if class.contains(char::is_whitespace) {
+            return Err(format!("executor {entry:?} has a space in its class name"));
+        }
+        let is_module_path = class.contains('.') && class.split('.').all(|part| !part.is_empty());
+        if !is_module_path && !CORE_EXECUTORS.contains(&class) {
+            return Err(format!(
+                "unknown executor {class:?}: expected one of {} or a module path such as my.module.MyExecutor",
+                CORE_EXECUTORS.join(", ")
+            ));
+        }
+        if let Some(alias) = alias
+            && CORE_EXECUTORS.contains(&alias)
+        {
+            return Err(format!(
+                "executor {entry:?} uses the core executor name {alias:?} as an alias"
+            ));
+        }
+        Ok(Self {
+            alias: alias.map(str::to_owned),
+            class: class.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ExecutorName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.alias {
+            Some(alias) => write!(f, "{alias}:{}", self.class),
+            None => f.write_str(&self.class),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn airflow_executor_entries_parse() {
+        let celery: ExecutorName = "CeleryExecutor".parse().unwrap();
+        assert_eq!(celery.alias, None);
+        assert_eq!(celery.kind(), ExecutorKind::Celery);
+
+        let aliased: ExecutorName = "fast:CeleryExecutor".parse().unwrap();
+        assert_eq!(aliased.alias.as_deref(), Some("fast"));
+        assert_eq!(aliased.to_string(), "fast:CeleryExecutor");
+        assert_eq!(aliased.kind(), ExecutorKind::Celery);
+
+        let provider: ExecutorName =
+            "airflow.providers.celery.executors.celery_executor.CeleryExecutor"
+                .parse()
+                .unwrap();
+        assert_eq!(provider.kind(), ExecutorKind::Celery);
+
+        let custom: ExecutorName = "team:my.company.BatchExecutor".parse().unwrap();
+        assert_eq!(custom.kind(), ExecutorKind::Unchecked);
+        assert_eq!(
+            "LocalExecutor".parse::<ExecutorName>().unwrap().kind(),
+            ExecutorKind::Unchecked
+        );
+    }
+
+    #[test]
+    fn malformed_executor_entries_say_what_is_wrong() {
+        for (entry, message) in [
+            (
+                "CeleryExecuter",
+                r#"unknown executor "CeleryExecuter": expected one of LocalExecutor, CeleryExecutor, KubernetesExecutor or a module path such as my.module.MyExecutor"#,
+            ),
+            (
+                ":CeleryExecutor",
+                r#"executor ":CeleryExecutor" has an empty alias before ':'"#,
+            ),
+            ("fast:", r#"executor "fast:" names no class"#),
+            (
+                "a:b:CeleryExecutor",
+                r#"executor "a:b:CeleryExecutor" has more than one ':' (expected alias:Class)"#,
+            ),
+            (
+                "LocalExecutor:CeleryExecutor",
+                r#"executor "LocalExecutor:CeleryExecutor" uses the core executor name "LocalExecutor" as an alias"#,
+            ),
+            (
+                "my..Executor",
+                r#"unknown executor "my..Executor": expected one of LocalExecutor, CeleryExecutor, KubernetesExecutor or a module path such as my.module.MyExecutor"#,
+            ),
+        ] {
+            assert_eq!(
+                entry.parse::<ExecutorName>().unwrap_err(),
+                message,
+                "{entry}"
+            );
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! # overseer
+//!
+//! The `overseer` binary and its composition root: configuration in, executors
+//! and actors wired, HTTP out. The domain lives in `overseer-core`; this crate
+//! only puts the pieces together.
+//!
+//! # Layout
+//! - [`cli`]: the command line (clap): `serve`, `migrate`, `config`.
+//! - [`config`]: the layered configuration and its checks.
+//! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
+//! - [`db`]: opening the metadata database, with errors that name no secret.
+//! - [`logging`]: tracing to stderr, plain or JSON.
+//! - [`serve`]: the running service, until SIGTERM or Ctrl-C.
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod logging;
+pub mod secret;
+pub mod serve;
