@@ -11,8 +11,9 @@
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
-/// The table, and every column this migration names.
+/// The table, and every column this migration names (`JobType` is the column `job_type`).
 #[derive(DeriveIden, Clone, Copy)]
+#[allow(clippy::enum_variant_names)]
 enum Job {
     Table,
     Id,

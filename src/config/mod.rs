@@ -144,6 +144,13 @@ impl ExecutorConfig {
     }
 }
 
+/// Just the executors of a configuration, to read them before the layers end.
+#[derive(Deserialize)]
+struct ExecutorsOnly {
+    #[serde(default)]
+    executors: Vec<ExecutorConfig>,
+}
+
 /// Airflow's default queue (`[operators] default_queue`).
 pub fn default_queues() -> Vec<String> {
     vec!["default".to_owned()]
@@ -261,11 +268,10 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__").ignore(&ENV_NOT_KEYS));
 
     // Airflow's executor list keeps, for each name, what the earlier layers set.
-    let earlier: Vec<ExecutorConfig> = if figment.contains("executors") {
-        figment.extract_inner("executors").map_err(from_figment)?
-    } else {
-        Vec::new()
-    };
+    let earlier = figment
+        .extract::<ExecutorsOnly>()
+        .map_err(from_figment)?
+        .executors;
     let airflow = airflow::AirflowEnv::read(|var| std::env::var(var).ok(), &earlier)?;
     figment = figment.merge(airflow);
 

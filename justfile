@@ -1,0 +1,23 @@
+# Overseer's tasks. `just --list` shows each with its comment.
+# (just itself: `pip install rust-just`, or `cargo install just`.)
+
+# Run the service on the embedded SQLite default (./overseer.db), until Ctrl-C.
+run *ARGS:
+    cargo run -- serve {{ARGS}}
+
+# Run every test of the workspace against the real databases and brokers on loopback.
+test *ARGS:
+    cargo nextest run --workspace {{ARGS}}
+
+# Formatting and clippy, as CI checks them.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Run the benchmarks (optimised build) and print their figures.
+bench:
+    cargo bench --workspace
+
+# Everything CI runs, services included: the same script CI uses.
+ci:
+    bash .ci/run

@@ -1,0 +1,148 @@
+//! The command line against real databases: `migrate up|status|down` and `serve`.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use overseer_testkit::TestDb;
+use support::{overseer, run, workdir};
+
+/// How long `serve` may take to report that it runs (a debug build, a cold database).
+const START_DEADLINE: Duration = Duration::from_secs(60);
+
+const EXECUTOR_COLUMNS: [&str; 4] = [
+    "executor_health",
+    "executor_health_reason",
+    "executor_instance",
+    "executor_health_checked_at",
+];
+
+async fn migrate_commands_manage_the_schema(db: TestDb) {
+    let dir = workdir();
+    let migrate = |action: &str| {
+        run(overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .args(["migrate", action]))
+    };
+
+    let status = migrate("status");
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    assert_eq!(
+        status.stdout,
+        "m20261129_000001_executor_health         pending\n"
+    );
+
+    let up = migrate("up");
+    assert_eq!(up.code, Some(0), "{}", up.stderr);
+    assert_eq!(up.stdout, "applied m20261129_000001_executor_health\n");
+    assert!(
+        db.column_names("job")
+            .await
+            .ends_with(&EXECUTOR_COLUMNS.map(String::from))
+    );
+
+    let again = migrate("up");
+    assert_eq!(again.stdout, "the schema is up to date\n");
+    assert_eq!(
+        migrate("status").stdout,
+        "m20261129_000001_executor_health         applied\n"
+    );
+
+    let down = migrate("down");
+    assert_eq!(down.code, Some(0), "{}", down.stderr);
+    assert_eq!(
+        down.stdout,
+        "rolled back m20261129_000001_executor_health\n"
+    );
+    let columns = db.column_names("job").await;
+    assert_eq!(
+        columns.len(),
+        10,
+        "{:?}: Airflow's ten columns remain",
+        db.backend
+    );
+    assert!(!columns.iter().any(|c| c.starts_with("executor_health")));
+}
+
+#[tokio::test]
+async fn migrate_on_sqlite() {
+    migrate_commands_manage_the_schema(overseer_testkit::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn migrate_on_postgres() {
+    if let Some(db) = overseer_testkit::postgres().await {
+        migrate_commands_manage_the_schema(db).await;
+    }
+}
+
+#[tokio::test]
+async fn migrate_on_mariadb() {
+    if let Some(db) = overseer_testkit::mariadb().await {
+        migrate_commands_manage_the_schema(db).await;
+    }
+}
+
+#[test]
+fn serve_on_the_default_sqlite_migrates_and_stops_cleanly_on_sigterm() {
+    let dir = workdir();
+    let mut child = overseer(dir.path())
+        .arg("serve")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("overseer serve starts");
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + START_DEADLINE;
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("overseer is running"))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("serve did not report that it runs: {seen:?}"),
+        }
+    }
+
+    // The embedded default: overseer.db in the working folder, with the Jobs table.
+    assert!(dir.path().join("overseer.db").exists());
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0));
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
+}
+
+#[test]
+fn an_unreachable_database_fails_with_exit_1_and_no_password() {
+    let dir = workdir();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let out = run(overseer(dir.path())
+        .env(
+            "OVERSEER_DATABASE__URL",
+            "postgres://airflow:hunter2@127.0.0.1:1/airflow",
+        )
+        .arg("serve"));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last == "error: cannot open the database postgres://airflow:***@127.0.0.1:1/airflow: 127.0.0.1:1: Connection refused (os error 111)",
+        "{last}"
+    );
+    assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+}

@@ -1,0 +1,400 @@
+//! Configuration as a user meets it: `overseer config` and the one-line errors,
+//! through the real binary.
+
+mod support;
+
+use support::{overseer, run, workdir};
+
+/// Each bad configuration, the exact line it prints, and nothing written: the
+/// default SQLite file is never created.
+#[test]
+fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2() {
+    struct Case {
+        what: &'static str,
+        toml: Option<&'static str>,
+        env: &'static [(&'static str, &'static str)],
+        line: &'static str,
+    }
+    let cases = [
+        Case {
+            what: "bad TOML",
+            toml: Some("[supervisor\npoll_interval = \"10s\"\n"),
+            env: &[],
+            line: "error: invalid configuration in overseer.toml: TOML parse error at line 1, column 12: invalid table header: expected `.`, `]`",
+        },
+        Case {
+            what: "unknown key",
+            toml: Some("[supervisor]\npol_interval = \"10s\"\n"),
+            env: &[],
+            line: "error: invalid configuration: supervisor.pol_interval (from overseer.toml): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval)",
+        },
+        Case {
+            what: "unknown section",
+            toml: Some("[databse]\nurl = \"sqlite::memory:\"\n"),
+            env: &[],
+            line: "error: invalid configuration: databse (from overseer.toml): unknown key (expected one of: database, api, supervisor, thresholds, executors)",
+        },
+        Case {
+            what: "bad duration in TOML",
+            toml: Some("[supervisor]\npoll_interval = \"ten seconds\"\n"),
+            env: &[],
+            line: "error: invalid configuration: supervisor.poll_interval (from overseer.toml): invalid duration \"ten seconds\": expected a number and a unit, such as 10s or 500ms",
+        },
+        Case {
+            what: "duration without a unit",
+            toml: Some("[thresholds]\nscheduler = 30\n"),
+            env: &[],
+            line: "error: invalid configuration: thresholds.scheduler (from overseer.toml): invalid duration 30: a unit is needed, such as 30s or 30ms",
+        },
+        Case {
+            what: "bad duration in the environment",
+            toml: None,
+            env: &[("OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL", "5 parsecs")],
+            line: "error: invalid configuration: supervisor.heartbeat_interval (from environment variable OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL): invalid duration \"5 parsecs\": expected a number and a unit, such as 10s or 500ms",
+        },
+        Case {
+            what: "poll_timeout not shorter than poll_interval",
+            toml: Some("[supervisor]\npoll_interval = \"5s\"\n"),
+            env: &[("OVERSEER_SUPERVISOR__POLL_TIMEOUT", "5s")],
+            line: "error: invalid configuration: supervisor.poll_timeout (from environment variable OVERSEER_SUPERVISOR__POLL_TIMEOUT): 5s must be shorter than supervisor.poll_interval (5s, from overseer.toml)",
+        },
+        Case {
+            what: "zero interval",
+            toml: Some("[supervisor]\nrefresh_interval = \"0s\"\n"),
+            env: &[],
+            line: "error: invalid configuration: supervisor.refresh_interval (from overseer.toml): must be longer than zero",
+        },
+        Case {
+            what: "Celery executor with no broker URL",
+            toml: Some("[[executors]]\nname = \"CeleryExecutor\"\n"),
+            env: &[],
+            line: "error: invalid configuration: executors[0].broker_url (from overseer.toml): is missing: CeleryExecutor needs its Celery broker",
+        },
+        Case {
+            what: "unknown executor in TOML",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\n\n[[executors]]\nname = \"CeleryExecuter\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[1].name (from overseer.toml): unknown executor \"CeleryExecuter\": expected one of LocalExecutor, CeleryExecutor, KubernetesExecutor or a module path such as my.module.MyExecutor",
+        },
+        Case {
+            what: "unknown executor in Airflow's environment",
+            toml: None,
+            env: &[(
+                "AIRFLOW__CORE__EXECUTOR",
+                "LocalExecutor, SequentialExecutor",
+            )],
+            line: "error: invalid configuration: executors[1].name (from environment variable AIRFLOW__CORE__EXECUTOR): unknown executor \"SequentialExecutor\": expected one of LocalExecutor, CeleryExecutor, KubernetesExecutor or a module path such as my.module.MyExecutor",
+        },
+        Case {
+            what: "the same executor twice",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\n\n[[executors]]\nname = \"LocalExecutor\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[1].name (from overseer.toml): executor \"LocalExecutor\" is configured twice",
+        },
+        Case {
+            what: "broker URL on a non-Celery executor",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\nbroker_url = \"redis://localhost:6379/0\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].broker_url (from overseer.toml): applies only to CeleryExecutor, not to LocalExecutor",
+        },
+        Case {
+            what: "unknown executor key",
+            toml: Some(
+                "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers)",
+        },
+        Case {
+            what: "unsupported database, password not shown",
+            toml: None,
+            env: &[("OVERSEER_DATABASE__URL", "mssql://sa:hunter2@db/airflow")],
+            line: "error: invalid configuration: database.url (from environment variable OVERSEER_DATABASE__URL): unsupported database URL scheme \"mssql\": expected sqlite://, postgres:// or mysql://",
+        },
+        Case {
+            what: "unsupported SQLAlchemy dialect, password not shown",
+            toml: None,
+            env: &[(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                "mssql+pyodbc://sa:hunter2@db/airflow",
+            )],
+            line: "error: invalid configuration: database.url (from environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN): dialect \"mssql+pyodbc\" is not supported (Overseer reads postgresql, mysql and sqlite databases)",
+        },
+        Case {
+            what: "bad Airflow threshold",
+            toml: None,
+            env: &[(
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD",
+                "soon",
+            )],
+            line: "error: invalid configuration: thresholds.triggerer (from environment variable AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD): expected a positive number of seconds, got \"soon\"",
+        },
+        Case {
+            what: "unknown OVERSEER_ variable",
+            toml: None,
+            env: &[("OVERSEER_SUPERVISOR__POLL_INTERVALL", "10s")],
+            line: "error: invalid configuration: supervisor.poll_intervall (from environment variable OVERSEER_SUPERVISOR__POLL_INTERVALL): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval)",
+        },
+        Case {
+            what: "bad bind address",
+            toml: Some("[api]\nbind = \"localhost\"\n"),
+            env: &[],
+            line: "error: invalid configuration: api.bind (from overseer.toml): invalid socket address syntax",
+        },
+        Case {
+            what: "min_workers without worker_ping",
+            toml: Some(
+                "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://:hunter2@localhost:6379/0\"\nmin_workers = 1\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].min_workers (from overseer.toml): is 1, which needs worker_ping = true to count workers",
+        },
+    ];
+
+    for case in cases {
+        for subcommand in [&["config"][..], &["serve"], &["migrate", "up"]] {
+            let dir = workdir();
+            if let Some(toml) = case.toml {
+                std::fs::write(dir.path().join("overseer.toml"), toml).unwrap();
+            }
+            let mut command = overseer(dir.path());
+            command.args(subcommand).envs(case.env.iter().copied());
+            let out = run(&mut command);
+            assert_eq!(
+                out.code,
+                Some(2),
+                "{} ({subcommand:?}): {}",
+                case.what,
+                out.stderr
+            );
+            assert_eq!(
+                out.stderr.trim_end(),
+                case.line,
+                "{} ({subcommand:?})",
+                case.what
+            );
+            assert!(out.stdout.is_empty(), "{}: nothing on stdout", case.what);
+            assert!(
+                !out.stderr.contains("hunter2"),
+                "{}: no password",
+                case.what
+            );
+            assert!(
+                !dir.path().join("overseer.db").exists(),
+                "{} ({subcommand:?}): nothing written",
+                case.what
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_config_file_named_explicitly_is_an_error() {
+    let dir = workdir();
+    for (how, command) in [
+        (
+            "flag",
+            overseer(dir.path()).args(["--config", "missing.toml", "config"]),
+        ),
+        (
+            "variable",
+            overseer(dir.path())
+                .env("OVERSEER_CONFIG", "missing.toml")
+                .arg("config"),
+        ),
+    ] {
+        let out = run(command);
+        assert_eq!(out.code, Some(2), "{how}");
+        assert_eq!(
+            out.stderr.trim_end(),
+            "error: invalid configuration in missing.toml: the configuration file does not exist or is not a file",
+            "{how}"
+        );
+    }
+}
+
+fn effective(command: &mut std::process::Command) -> toml::Table {
+    let out = run(command.arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    out.stdout.parse().expect("overseer config prints TOML")
+}
+
+#[test]
+fn defaults_are_the_embedded_sqlite_and_airflows_thresholds() {
+    let dir = workdir();
+    let config = effective(&mut overseer(dir.path()));
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("sqlite://overseer.db?mode=rwc")
+    );
+    assert_eq!(config["api"]["bind"].as_str(), Some("127.0.0.1:8080"));
+    let supervisor = &config["supervisor"];
+    assert_eq!(supervisor["poll_interval"].as_str(), Some("10s"));
+    assert_eq!(supervisor["poll_timeout"].as_str(), Some("5s"));
+    assert_eq!(supervisor["heartbeat_interval"].as_str(), Some("5s"));
+    assert_eq!(supervisor["refresh_interval"].as_str(), Some("1s"));
+    assert!(!supervisor["hostname"].as_str().unwrap().is_empty());
+    for component in ["scheduler", "triggerer", "dag_processor"] {
+        assert_eq!(
+            config["thresholds"][component].as_str(),
+            Some("30s"),
+            "{component}"
+        );
+    }
+    assert!(config.get("executors").is_none());
+    // `config` only prints: it opens no database.
+    assert!(!dir.path().join("overseer.db").exists());
+}
+
+#[test]
+fn layers_apply_in_order_toml_then_overseer_env_then_airflow_env() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        r#"
+[database]
+url = "postgres://toml@db/toml"
+
+[supervisor]
+hostname = "from-toml"
+poll_interval = "20s"
+poll_timeout = "2s"
+
+[thresholds]
+scheduler = "60s"
+
+[[executors]]
+name = "CeleryExecutor"
+broker_url = "redis://toml-broker:6379/0"
+queues = ["default", "high"]
+worker_ping = true
+min_workers = 2
+"#,
+    )
+    .unwrap();
+    let config = effective(
+        overseer(dir.path())
+            .env("OVERSEER_SUPERVISOR__HOSTNAME", "from-env")
+            .env("OVERSEER_SUPERVISOR__POLL_TIMEOUT", "3s")
+            .env("OVERSEER_DATABASE__URL", "postgres://env@db/env")
+            .env(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                "postgresql+psycopg2://airflow:hunter2@pg:5432/airflow",
+            )
+            .env(
+                "AIRFLOW__CORE__EXECUTOR",
+                "LocalExecutor,CeleryExecutor,team:my.company.BatchExecutor",
+            )
+            .env(
+                "AIRFLOW__CELERY__BROKER_URL",
+                "amqp://guest:hunter2@rabbit:5672/airflow",
+            )
+            .env("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "45")
+            .env(
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD",
+                "12.5",
+            )
+            .env("AIRFLOW__DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD", "90"),
+    );
+    let supervisor = &config["supervisor"];
+    assert_eq!(supervisor["hostname"].as_str(), Some("from-env"));
+    assert_eq!(supervisor["poll_interval"].as_str(), Some("20s"));
+    assert_eq!(supervisor["poll_timeout"].as_str(), Some("3s"));
+    // Airflow's variables come after Overseer's; passwords are masked.
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("postgres://airflow:***@pg:5432/airflow")
+    );
+    assert_eq!(config["thresholds"]["scheduler"].as_str(), Some("45s"));
+    assert_eq!(
+        config["thresholds"]["triggerer"].as_str(),
+        Some("12s 500ms")
+    );
+    assert_eq!(
+        config["thresholds"]["dag_processor"].as_str(),
+        Some("1m 30s")
+    );
+
+    let executors = config["executors"].as_array().unwrap();
+    let names: Vec<_> = executors
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "LocalExecutor",
+            "CeleryExecutor",
+            "team:my.company.BatchExecutor"
+        ]
+    );
+    let celery = &executors[1];
+    assert_eq!(
+        celery["broker_url"].as_str(),
+        Some("amqp://guest:***@rabbit:5672/airflow")
+    );
+    // The TOML entry of the same name keeps its own settings.
+    assert_eq!(celery["queues"].as_array().unwrap().len(), 2);
+    assert_eq!(celery["worker_ping"].as_bool(), Some(true));
+    assert_eq!(celery["min_workers"].as_integer(), Some(2));
+    assert!(executors[0].get("broker_url").is_none());
+}
+
+#[test]
+fn airflow_environment_alone_configures_celery_with_airflows_defaults() {
+    let dir = workdir();
+    let config = effective(
+        overseer(dir.path())
+            .env("AIRFLOW__CORE__EXECUTOR", "fast:CeleryExecutor")
+            .env("AIRFLOW__OPERATORS__DEFAULT_QUEUE", "airflow")
+            .env(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                "sqlite:////opt/airflow/airflow.db",
+            ),
+    );
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("sqlite:///opt/airflow/airflow.db")
+    );
+    let celery = &config["executors"][0];
+    assert_eq!(celery["name"].as_str(), Some("fast:CeleryExecutor"));
+    // Airflow's own default broker when [celery] broker_url is unset.
+    assert_eq!(celery["broker_url"].as_str(), Some("redis://redis:6379/0"));
+    assert_eq!(
+        celery["queues"].as_array().unwrap()[0].as_str(),
+        Some("airflow")
+    );
+
+    let mysql = effective(overseer(dir.path()).env(
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "mysql+mysqldb://airflow:pw@maria:3306/airflow",
+    ));
+    assert_eq!(
+        mysql["database"]["url"].as_str(),
+        Some("mysql://airflow:***@maria:3306/airflow")
+    );
+}
+
+#[test]
+fn airflows_broker_alone_updates_the_configured_celery_executors() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://old:6379/0\"\n\n[[executors]]\nname = \"LocalExecutor\"\n",
+    )
+    .unwrap();
+    let config =
+        effective(overseer(dir.path()).env("AIRFLOW__CELERY__BROKER_URL", "redis://new:6379/1"));
+    let executors = config["executors"].as_array().unwrap();
+    assert_eq!(
+        executors[0]["broker_url"].as_str(),
+        Some("redis://new:6379/1")
+    );
+    assert!(executors[1].get("broker_url").is_none());
+}
