@@ -8,6 +8,18 @@ pub enum Error {
     #[error("database: {0}")]
     Database(#[from] sea_orm::DbErr),
 
+    /// The embedding program asked for something that cannot work.
+    #[error("invalid settings: {0}")]
+    Config(String),
+
+    /// A thread or runtime could not be started, or ended early.
+    #[error("{0}")]
+    Runtime(String),
+
+    /// The Jobs table is not as Overseer needs it.
+    #[error("{0}")]
+    Schema(String),
+
     /// A value read from the Jobs table is not one this version understands.
     #[error("job table: {column} has unexpected value {value:?}")]
     UnexpectedValue {

@@ -11,12 +11,26 @@
 //!   executor columns.
 //! - [`storage`]: plain async functions over `&DatabaseConnection` that read and
 //!   write job rows; they know nothing of actors or HTTP.
+//! - [`check`]: the [`HealthCheck`] and [`BlockingHealthCheck`] traits, and
+//!   [`Executor`], one supervised executor.
+//! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
+//! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
+//! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
+//! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
 //! - [`error`]: this crate's one error type and its `Result` alias.
 
+pub mod actors;
+pub mod check;
 pub mod entity;
 pub mod error;
 pub mod job;
+pub mod overseer;
+pub mod report;
+pub mod stats;
 pub mod storage;
 
+pub use check::{BlockingHealthCheck, Executor, HealthCheck, NoCheck};
 pub use error::{Error, Result};
 pub use job::{ExecutorHealth, JobState, JobType};
+pub use overseer::{Overseer, OverseerBuilder, Settings};
+pub use report::{HealthReport, Thresholds};

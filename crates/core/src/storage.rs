@@ -3,16 +3,21 @@
 //! Nothing here knows of actors or HTTP; callers own the connection and decide
 //! when to call. Each function issues a fixed number of statements.
 
-use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, Order};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Timelike, Utc};
+use sea_orm::sea_query::{
+    Expr, ExprTrait, MysqlQueryBuilder, Order, PostgresQueryBuilder, Query, SqliteQueryBuilder,
+};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
 };
 
 use crate::entity::job::{self, Column, Entity as Job};
 use crate::error::Result;
 use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::report::JobRows;
 
 /// What a new row says about the process that owns it.
 #[derive(Debug, Clone)]
@@ -87,4 +92,284 @@ pub async fn open_jobs(db: &impl ConnectionTrait) -> Result<Vec<job::Model>> {
         .order_by(Column::Id, Order::Asc)
         .all(db)
         .await?)
+}
+
+/// The rows one Overseer process owns: its executor rows carry its host, its
+/// user and its exact start time, which no other process shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// `job.hostname` of the supervising process.
+    pub hostname: String,
+    /// `job.unixname`: the user it runs as.
+    pub unixname: String,
+    /// `job.start_date` of every row it inserts, to the microsecond.
+    pub started: DateTime<Utc>,
+}
+
+impl Session {
+    /// A session starting now.
+    pub fn start(hostname: impl Into<String>, unixname: impl Into<String>) -> Self {
+        Self {
+            hostname: hostname.into(),
+            unixname: unixname.into(),
+            started: to_micros(Utc::now()),
+        }
+    }
+
+    /// The filter that selects this session's open executor rows.
+    fn rows(&self) -> Condition {
+        Condition::all()
+            .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .add(Column::Hostname.eq(self.hostname.as_str()))
+            .add(Column::Unixname.eq(self.unixname.as_str()))
+            .add(Column::StartDate.eq(self.started))
+            .add(Column::EndDate.is_null())
+    }
+}
+
+/// A time cut to the microsecond, the precision every backend stores.
+pub fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.with_nanosecond(at.nanosecond() / 1_000 * 1_000)
+        .unwrap_or(at)
+}
+
+/// An executor's identity in the table: its class and its instance.
+pub type ExecutorKey = (String, Option<String>);
+
+/// Rows per statement where a statement's size grows with the executors (start-up
+/// only): keeps every statement well under the drivers' parameter limits.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// Closes the rows a crash left open on this host for these executors:
+/// `state = 'failed'`, `end_date = now`. Returns how many it closed.
+pub async fn close_crashed(
+    db: &impl ConnectionTrait,
+    hostname: &str,
+    executors: &[ExecutorKey],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    let mut closed = 0;
+    for chunk in executors.chunks(ROWS_PER_STATEMENT) {
+        let mut any_of = Condition::any();
+        for (class, instance) in chunk {
+            let instance = match instance {
+                Some(instance) => Column::ExecutorInstance.eq(instance.as_str()),
+                None => Column::ExecutorInstance.is_null(),
+            };
+            any_of = any_of.add(
+                Condition::all()
+                    .add(Column::ExecutorClass.eq(class.as_str()))
+                    .add(instance),
+            );
+        }
+        let result = Job::update_many()
+            .col_expr(Column::State, Expr::val(JobState::Failed.as_str()))
+            .col_expr(Column::EndDate, Expr::val(now))
+            .filter(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .filter(Column::Hostname.eq(hostname))
+            .filter(Column::EndDate.is_null())
+            .filter(any_of)
+            .exec(db)
+            .await?;
+        closed += result.rows_affected;
+    }
+    Ok(closed)
+}
+
+/// Inserts one `running` row per executor for this session and returns their
+/// ids, in the executors' order.
+pub async fn register(
+    db: &impl ConnectionTrait,
+    session: &Session,
+    executors: &[ExecutorKey],
+) -> Result<Vec<i32>> {
+    for chunk in executors.chunks(ROWS_PER_STATEMENT) {
+        let rows = chunk.iter().map(|(class, instance)| job::ActiveModel {
+            dag_id: Set(None),
+            state: Set(Some(JobState::Running.as_str().to_owned())),
+            job_type: Set(Some(JobType::ExecutorJob.as_str().to_owned())),
+            start_date: Set(Some(session.started)),
+            end_date: Set(None),
+            latest_heartbeat: Set(Some(session.started)),
+            executor_class: Set(Some(class.clone())),
+            hostname: Set(Some(session.hostname.clone())),
+            unixname: Set(Some(session.unixname.clone())),
+            executor_health: Set(ExecutorHealth::Unknown.as_str().to_owned()),
+            executor_health_reason: Set(None),
+            executor_instance: Set(instance.clone()),
+            executor_health_checked_at: Set(None),
+            ..Default::default()
+        });
+        Job::insert_many(rows).exec_without_returning(db).await?;
+    }
+    // Read the ids back (MySQL has no RETURNING), matching rows to executors in id order.
+    let mut stored: Vec<(i32, ExecutorKey)> = Job::find()
+        .filter(session.rows())
+        .order_by(Column::Id, Order::Asc)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| {
+            (
+                row.id,
+                (
+                    row.executor_class.unwrap_or_default(),
+                    row.executor_instance,
+                ),
+            )
+        })
+        .collect();
+    executors
+        .iter()
+        .map(|key| {
+            let at = stored
+                .iter()
+                .position(|(_, stored)| stored == key)
+                .ok_or_else(|| {
+                    crate::Error::Database(sea_orm::DbErr::RecordNotFound(format!(
+                        "the row just inserted for {} is missing",
+                        key.0
+                    )))
+                })?;
+            Ok(stored.remove(at).0)
+        })
+        .collect()
+}
+
+/// One verdict to write: the row's id, the verdict, and when it was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerdictRow {
+    pub id: i32,
+    pub health: ExecutorHealth,
+    pub checked_at: DateTime<Utc>,
+}
+
+/// Writes this session's heartbeats and the given verdicts in one transaction of
+/// at most two statements, whatever the number of executors: one heartbeat
+/// update selected by the session, one verdict update whose `CASE` carries every
+/// changed row. Returns the number of statements run.
+pub async fn flush<C>(
+    db: &C,
+    session: &Session,
+    now: DateTime<Utc>,
+    verdicts: &[VerdictRow],
+) -> Result<usize>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let txn = db.begin().await?;
+    Job::update_many()
+        .col_expr(Column::LatestHeartbeat, Expr::val(to_micros(now)))
+        .filter(session.rows())
+        .exec(&txn)
+        .await?;
+    let mut statements = 1;
+    if !verdicts.is_empty() {
+        let backend = txn.get_database_backend();
+        txn.execute_unprepared(&verdict_update(backend, verdicts))
+            .await?;
+        statements += 1;
+    }
+    txn.commit().await?;
+    Ok(statements)
+}
+
+/// One `UPDATE job SET executor_health = CASE id WHEN ... END, ...` for every
+/// verdict, with its values written into the SQL (escaped by sea-query for the
+/// backend) so that no parameter limit bounds how many rows one statement takes.
+fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> String {
+    let id_is = |v: &VerdictRow| Expr::col(Column::Id).eq(v.id);
+    let case = |value: &dyn Fn(&VerdictRow) -> Expr| {
+        let (first, rest) = verdicts.split_first().expect("at least one verdict");
+        rest.iter()
+            .fold(Expr::case(id_is(first), value(first)), |case, v| {
+                case.case(id_is(v), value(v))
+            })
+    };
+    let health = case(&|v| Expr::val(v.health.as_str()));
+    let reason = case(&|v| Expr::val(v.health.reason().map(str::to_owned)));
+    let checked_at = case(&|v| Expr::cust(timestamp_literal(backend, v.checked_at)));
+    let update = Query::update()
+        .table(Job)
+        .value(Column::ExecutorHealth, health)
+        .value(Column::ExecutorHealthReason, reason)
+        .value(Column::ExecutorHealthCheckedAt, checked_at)
+        .and_where(Expr::col(Column::Id).is_in(verdicts.iter().map(|v| v.id)))
+        .to_owned();
+    match backend {
+        DbBackend::Postgres => update.to_string(PostgresQueryBuilder),
+        DbBackend::MySql => update.to_string(MysqlQueryBuilder),
+        _ => update.to_string(SqliteQueryBuilder),
+    }
+}
+
+/// A UTC time as a SQL literal that reads back exactly as the driver would have
+/// bound it: `timestamptz` on Postgres, naive UTC on MySQL (whose session runs in
+/// UTC), and on SQLite the RFC 3339 text sqlx writes for a `DateTime<Utc>`.
+fn timestamp_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
+    let at = to_micros(at);
+    match backend {
+        DbBackend::Postgres => format!(
+            "CAST('{}' AS TIMESTAMP WITH TIME ZONE)",
+            at.to_rfc3339_opts(SecondsFormat::Micros, false)
+        ),
+        DbBackend::MySql => format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f")),
+        _ => format!("'{}'", at.to_rfc3339_opts(SecondsFormat::AutoSi, false)),
+    }
+}
+
+/// Ends this session's rows: `state = 'success'`, `end_date = now`.
+pub async fn finish(
+    db: &impl ConnectionTrait,
+    session: &Session,
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    let now = to_micros(now);
+    let result = Job::update_many()
+        .col_expr(Column::State, Expr::val(JobState::Success.as_str()))
+        .col_expr(Column::EndDate, Expr::val(now))
+        .col_expr(Column::LatestHeartbeat, Expr::val(now))
+        .filter(session.rows())
+        .exec(db)
+        .await?;
+    Ok(result.rows_affected)
+}
+
+/// Reads what a report needs, in five statements whatever the table holds: the
+/// most recent job of each type (Airflow's rule), and the open `running` rows
+/// whose heartbeat is younger than `horizon`.
+pub async fn report_rows(
+    db: &impl ConnectionTrait,
+    now: DateTime<Utc>,
+    horizon: Duration,
+) -> Result<JobRows> {
+    let mut rows = JobRows::default();
+    for (slot, job_type) in rows.most_recent.iter_mut().zip(JobType::ALL) {
+        *slot = most_recent(db, job_type).await?;
+    }
+    let since = now - chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
+    // SQLite compares timestamps as text, and Airflow's rows there are naive
+    // ("2026-11-29 19:48:48"): compare in that form so they are not left out.
+    let since: sea_orm::Value = match db.get_database_backend() {
+        DbBackend::Sqlite => since.naive_utc().into(),
+        _ => since.into(),
+    };
+    rows.live = Job::find()
+        .filter(Column::State.eq(JobState::Running.as_str()))
+        .filter(Column::EndDate.is_null())
+        .filter(Column::LatestHeartbeat.gte(since))
+        .order_by(Column::Id, Order::Asc)
+        .all(db)
+        .await?;
+    Ok(rows)
+}
+
+/// Checks that the table has Overseer's columns, so that a missing migration is
+/// one clear error at start-up rather than a failure at the first write.
+pub async fn check_schema(db: &impl ConnectionTrait) -> Result<()> {
+    Job::find().limit(1).all(db).await.map(|_| ()).map_err(|e| {
+        crate::Error::Schema(format!(
+            "the job table is missing or lacks Overseer's executor columns (run `overseer migrate`): {e}"
+        ))
+    })
 }

@@ -1,0 +1,20 @@
+//! The actors (actix 0.13): one [`ExecutorActor`] per executor, the
+//! [`HealthSupervisor`] that polls them, and the [`Aggregator`] that keeps the
+//! Jobs table and publishes the report.
+
+pub mod aggregator;
+pub mod executor;
+pub mod supervisor;
+
+pub use aggregator::Aggregator;
+pub use executor::{CheckHealth, ExecutorActor, RestartPolicy};
+pub use supervisor::{HealthSupervisor, PollSettings, Verdict};
+
+/// `5s`, `150ms`: a duration as the reasons and logs write it.
+pub(crate) fn short_duration(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

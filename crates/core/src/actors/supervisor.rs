@@ -1,0 +1,254 @@
+//! `HealthSupervisor`: polls every executor on its own timer, under three guards
+//! that keep a slow or hung executor from ever delaying it:
+//!
+//! 1. the check runs off this actor's thread (see [`ExecutorActor`]);
+//! 2. the timeout is the supervisor's: no answer within `poll_timeout` is
+//!    `Unhealthy("no reply within 5s")`, whatever the executor does;
+//! 3. the in-flight guard: while a poll is unanswered, later ticks send that
+//!    executor nothing (and count the skip), so each executor has at most one
+//!    `CheckHealth` queued or running, ever. A late answer clears the guard; its
+//!    verdict is logged and dropped, and the next tick polls again.
+//!
+//! Verdicts go to a [`Verdict`] recipient (the [`Aggregator`](super::Aggregator)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use crate::job::ExecutorHealth;
+use crate::stats::ExecutorStats;
+
+use super::executor::{CheckHealth, ExecutorActor};
+use super::short_duration;
+
+/// A verdict on one executor, by its index in the supervisor's list.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct Verdict {
+    /// The executor's index, in the order executors were given.
+    pub executor: usize,
+    /// The verdict.
+    pub health: ExecutorHealth,
+    /// When it was made.
+    pub checked_at: DateTime<Utc>,
+}
+
+/// How the supervisor polls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollSettings {
+    /// How often each executor is polled.
+    pub poll_interval: Duration,
+    /// How long an answer may take before the executor is unhealthy.
+    pub poll_timeout: Duration,
+    /// Consecutive failures before a verdict turns `unhealthy` (as a Kubernetes
+    /// probe's `failureThreshold`); 1 reports the first.
+    pub failures_before_unhealthy: u32,
+    /// Consecutive successes before a verdict turns `healthy`; 1 reports the first.
+    pub successes_before_healthy: u32,
+}
+
+impl Default for PollSettings {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_secs(10),
+            poll_timeout: Duration::from_secs(5),
+            failures_before_unhealthy: 1,
+            successes_before_healthy: 1,
+        }
+    }
+}
+
+/// One poll that has been sent and not yet answered.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    /// The tick that sent it.
+    tick: u64,
+    sent: Instant,
+    /// Its timeout has already been reported; the answer, when it comes, is dropped.
+    timed_out: bool,
+}
+
+/// One executor, as the supervisor sees it.
+struct Polled {
+    addr: Addr<ExecutorActor>,
+    stats: Arc<ExecutorStats>,
+    label: String,
+    in_flight: Option<InFlight>,
+    /// The verdict last reported, and the run of equal observations behind it.
+    reported: ExecutorHealth,
+    failures: u32,
+    successes: u32,
+}
+
+/// The actor that polls every executor.
+pub struct HealthSupervisor {
+    settings: PollSettings,
+    executors: Vec<Polled>,
+    sink: Recipient<Verdict>,
+    tick: u64,
+}
+
+impl HealthSupervisor {
+    /// A supervisor over executor actors given with their stats and a label for logs.
+    pub fn new(
+        settings: PollSettings,
+        executors: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)>,
+        sink: Recipient<Verdict>,
+    ) -> Self {
+        let executors = executors
+            .into_iter()
+            .map(|(addr, stats, label)| Polled {
+                addr,
+                stats,
+                label,
+                in_flight: None,
+                reported: ExecutorHealth::Unknown,
+                failures: 0,
+                successes: 0,
+            })
+            .collect();
+        Self {
+            settings,
+            executors,
+            sink,
+            tick: 0,
+        }
+    }
+
+    /// One tick: poll every executor that has no poll in flight.
+    fn poll_all(&mut self, ctx: &mut Context<Self>) {
+        self.tick += 1;
+        let tick = self.tick;
+        let now = Instant::now();
+        for index in 0..self.executors.len() {
+            let executor = &mut self.executors[index];
+            if executor.in_flight.is_some() {
+                ExecutorStats::bump(&executor.stats.skipped);
+                continue;
+            }
+            executor.in_flight = Some(InFlight {
+                tick,
+                sent: now,
+                timed_out: false,
+            });
+            ExecutorStats::bump(&executor.stats.polls);
+            let answer = executor.addr.send(CheckHealth);
+            ctx.spawn(
+                answer
+                    .into_actor(self)
+                    .map(move |answer, act, _| act.answered(index, answer)),
+            );
+        }
+        // Every poll of this tick was sent now, so one timer covers them all.
+        ctx.run_later(self.settings.poll_timeout, move |act, _| act.expire(tick));
+    }
+
+    /// The polls of `tick` still unanswered are reported unhealthy; their guard stays.
+    fn expire(&mut self, tick: u64) {
+        let reason = format!(
+            "no reply within {}",
+            short_duration(self.settings.poll_timeout)
+        );
+        for index in 0..self.executors.len() {
+            let executor = &mut self.executors[index];
+            let Some(in_flight) = executor.in_flight.as_mut() else {
+                continue;
+            };
+            if in_flight.tick != tick || in_flight.timed_out {
+                continue;
+            }
+            in_flight.timed_out = true;
+            ExecutorStats::bump(&executor.stats.timeouts);
+            tracing::warn!(executor = %executor.label, "{reason}");
+            self.observe(index, ExecutorHealth::unhealthy(reason.clone()));
+        }
+    }
+
+    fn answered(&mut self, index: usize, answer: Result<ExecutorHealth, MailboxError>) {
+        let executor = &mut self.executors[index];
+        let Some(in_flight) = executor.in_flight.take() else {
+            return;
+        };
+        let health = answer.unwrap_or_else(|e| {
+            ExecutorHealth::unhealthy(format!("the executor's actor did not answer: {e}"))
+        });
+        if in_flight.timed_out {
+            ExecutorStats::bump(&executor.stats.late_replies);
+            tracing::info!(
+                executor = %executor.label,
+                verdict = %health,
+                after = ?in_flight.sent.elapsed(),
+                "answer came after the poll timed out; dropped"
+            );
+            return;
+        }
+        let micros = u64::try_from(in_flight.sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+        executor
+            .stats
+            .last_poll_micros
+            .store(micros, std::sync::atomic::Ordering::Relaxed);
+        self.observe(index, health);
+    }
+
+    /// Applies the damping thresholds, and reports the verdict that results.
+    fn observe(&mut self, index: usize, observed: ExecutorHealth) {
+        let settings = self.settings;
+        let executor = &mut self.executors[index];
+        let report = match &observed {
+            ExecutorHealth::Healthy => {
+                executor.failures = 0;
+                executor.successes = executor.successes.saturating_add(1);
+                executor.reported == ExecutorHealth::Healthy
+                    || executor.successes >= settings.successes_before_healthy
+            }
+            ExecutorHealth::Unhealthy { .. } => {
+                executor.successes = 0;
+                executor.failures = executor.failures.saturating_add(1);
+                matches!(executor.reported, ExecutorHealth::Unhealthy { .. })
+                    || executor.failures >= settings.failures_before_unhealthy
+            }
+            ExecutorHealth::Unknown => {
+                executor.failures = 0;
+                executor.successes = 0;
+                true
+            }
+        };
+        if !report {
+            return;
+        }
+        if executor.reported != observed {
+            tracing::info!(executor = %executor.label, verdict = %observed, "verdict changed");
+        }
+        executor.reported = observed.clone();
+        self.sink.do_send(Verdict {
+            executor: index,
+            health: observed,
+            checked_at: Utc::now(),
+        });
+    }
+}
+
+impl Actor for HealthSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.poll_all(ctx);
+        ctx.run_interval(self.settings.poll_interval, |act, ctx| act.poll_all(ctx));
+    }
+}
+
+/// Stops polling (on shutdown); in-flight polls are abandoned.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct StopPolling;
+
+impl Handler<StopPolling> for HealthSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopPolling, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

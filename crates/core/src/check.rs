@@ -1,0 +1,129 @@
+//! Health checks: what an executor answers when asked how it is.
+//!
+//! An executor implements [`HealthCheck`] (async) or [`BlockingHealthCheck`] (a
+//! plain function that may block), and is wrapped in an [`Executor`] for the
+//! supervisor. Neither kind ever runs on the supervisor's own thread: an async
+//! check runs as a task of its own, a blocking one on a thread of its own.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::job::ExecutorHealth;
+
+/// An asynchronous health check. The default answer is `unknown`, so an executor
+/// without a real check never shows as dead.
+///
+/// A check must not block its thread; one that may (a synchronous client, a
+/// subprocess) is a [`BlockingHealthCheck`] instead.
+#[async_trait::async_trait]
+pub trait HealthCheck: Send + Sync + 'static {
+    /// Asks the executor how it is. The supervisor bounds the wait
+    /// (`poll_timeout`); the check need not.
+    async fn get_health(&self) -> ExecutorHealth {
+        ExecutorHealth::Unknown
+    }
+}
+
+/// A health check that may block its thread; it runs on a thread of its own.
+pub trait BlockingHealthCheck: Send + Sync + 'static {
+    /// Asks the executor how it is, blocking as long as it takes.
+    fn get_health(&self) -> ExecutorHealth {
+        ExecutorHealth::Unknown
+    }
+}
+
+/// A check that always answers `unknown`: for executors with no real check yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCheck;
+
+#[async_trait::async_trait]
+impl HealthCheck for NoCheck {}
+
+/// How a check runs.
+#[derive(Clone)]
+pub enum Check {
+    /// As a task of its own on the supervisor's runtime.
+    Async(Arc<dyn HealthCheck>),
+    /// On a thread of its own, one at most per executor.
+    Blocking(Arc<dyn BlockingHealthCheck>),
+}
+
+/// Builds an executor's check: once when its actor starts, and again on every
+/// restart, so a restarted actor starts from fresh state.
+type CheckFactory = Arc<dyn Fn() -> Check + Send + Sync>;
+
+/// One supervised executor: its name, its instance, and how to build its check.
+#[derive(Clone)]
+pub struct Executor {
+    /// The executor's configured name, as Airflow writes it: `CeleryExecutor`,
+    /// `alias:CeleryExecutor`. Becomes `job.executor_class`.
+    pub executor_class: String,
+    /// What counts as the instance (for Celery, the broker's URL without
+    /// credentials). Becomes `job.executor_instance`. Never a credential.
+    pub instance: Option<String>,
+    factory: CheckFactory,
+}
+
+impl Executor {
+    /// An executor with an asynchronous check; each (re)start gets a fresh clone of it.
+    pub fn new<C: HealthCheck + Clone>(executor_class: impl Into<String>, check: C) -> Self {
+        Self::with_factory(executor_class, move || check.clone())
+    }
+
+    /// An executor whose asynchronous check is built anew by `factory` on each (re)start.
+    pub fn with_factory<C: HealthCheck>(
+        executor_class: impl Into<String>,
+        factory: impl Fn() -> C + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            executor_class: executor_class.into(),
+            instance: None,
+            factory: Arc::new(move || Check::Async(Arc::new(factory()))),
+        }
+    }
+
+    /// An executor whose check blocks; each (re)start gets a fresh clone of it.
+    pub fn blocking<C: BlockingHealthCheck + Clone>(
+        executor_class: impl Into<String>,
+        check: C,
+    ) -> Self {
+        Self {
+            executor_class: executor_class.into(),
+            instance: None,
+            factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
+        }
+    }
+
+    /// An executor with no check: its verdict stays `unknown`.
+    pub fn unchecked(executor_class: impl Into<String>) -> Self {
+        Self::new(executor_class, NoCheck)
+    }
+
+    /// Names the instance (for Celery, the redacted broker URL).
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// `class` or `class @ instance`, for logs.
+    pub fn label(&self) -> String {
+        match &self.instance {
+            Some(instance) => format!("{} @ {instance}", self.executor_class),
+            None => self.executor_class.clone(),
+        }
+    }
+
+    /// A fresh check.
+    pub(crate) fn build_check(&self) -> Check {
+        (self.factory)()
+    }
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("executor_class", &self.executor_class)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}

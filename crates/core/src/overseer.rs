@@ -1,0 +1,406 @@
+//! Embedding: [`Overseer::builder`] starts the actors on a thread of their own and
+//! returns a handle to read the report, follow its changes, and shut down.
+//!
+//! ```no_run
+//! # async fn example() -> overseer_core::Result<()> {
+//! use std::time::Duration;
+//! use overseer_core::{Executor, Overseer};
+//!
+//! let overseer = Overseer::builder()
+//!     .database("sqlite://overseer.db?mode=rwc")
+//!     .executor(Executor::unchecked("LocalExecutor"))
+//!     .poll_interval(Duration::from_secs(10))
+//!     .start()
+//!     .await?;
+//! println!("{}", overseer.report().json());
+//! overseer.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The host's own threads and runtime never run an actor or a check: the actors
+//! live on the `overseer-actors` thread, async checks on a small runtime of their
+//! own (`overseer-check` threads), blocking checks on a thread each. So a hung
+//! executor can delay nothing of the host's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use chrono::Utc;
+use sea_orm::{ConnectOptions, Database};
+use tokio::sync::{oneshot, watch};
+use tokio_stream::wrappers::WatchStream;
+
+use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, Finish};
+use crate::actors::supervisor::StopPolling;
+use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, PollSettings, RestartPolicy};
+use crate::check::Executor;
+use crate::error::{Error, Result};
+use crate::report::{HealthReport, Thresholds};
+use crate::stats::{ExecutorStats, StatsSnapshot};
+use crate::storage::{self, ExecutorKey, Session};
+
+/// How long opening the database may take at start-up.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Worker threads of the runtime that runs async checks: checks mostly wait on
+/// the network, so two serve thousands of executors.
+pub const CHECK_THREADS: usize = 2;
+
+/// Everything the actors need besides the database and the executors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `job.hostname` of this process's rows.
+    pub hostname: String,
+    /// `job.unixname` of this process's rows.
+    pub unixname: String,
+    pub poll: PollSettings,
+    pub heartbeat_interval: Duration,
+    pub refresh_interval: Duration,
+    /// Airflow's thresholds; the executor one follows `heartbeat_interval`.
+    pub thresholds: Thresholds,
+    pub restart_policy: RestartPolicy,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let heartbeat_interval = Duration::from_secs(5);
+        Self {
+            hostname: default_hostname(),
+            unixname: default_unixname(),
+            poll: PollSettings::default(),
+            heartbeat_interval,
+            refresh_interval: Duration::from_secs(1),
+            thresholds: Thresholds::with_heartbeat_interval(heartbeat_interval),
+            restart_policy: RestartPolicy::default(),
+        }
+    }
+}
+
+/// This machine's name, from the kernel (`/proc/sys/kernel/hostname`) or `HOSTNAME`.
+fn default_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The user this process runs as, as Airflow's `getuser()` finds it.
+fn default_unixname() -> String {
+    ["LOGNAME", "USER", "LNAME", "USERNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "overseer".into())
+}
+
+/// Builds an [`Overseer`].
+#[derive(Debug, Default)]
+pub struct OverseerBuilder {
+    database_url: Option<String>,
+    executors: Vec<Executor>,
+    settings: Settings,
+}
+
+impl OverseerBuilder {
+    /// The database holding the `job` table (migrated already), as a sea-orm URL.
+    pub fn database(mut self, url: impl Into<String>) -> Self {
+        self.database_url = Some(url.into());
+        self
+    }
+
+    /// Adds an executor to supervise.
+    pub fn executor(mut self, executor: Executor) -> Self {
+        self.executors.push(executor);
+        self
+    }
+
+    /// Adds executors to supervise.
+    pub fn executors(mut self, executors: impl IntoIterator<Item = Executor>) -> Self {
+        self.executors.extend(executors);
+        self
+    }
+
+    /// Replaces every setting at once.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    pub fn hostname(mut self, hostname: impl Into<String>) -> Self {
+        self.settings.hostname = hostname.into();
+        self
+    }
+
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll.poll_interval = interval;
+        self
+    }
+
+    pub fn poll_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.poll.poll_timeout = timeout;
+        self
+    }
+
+    /// Also sets the executor rows' liveness threshold (`* 2.1`).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.settings.heartbeat_interval = interval;
+        self.settings.thresholds.executor = interval.mul_f64(Thresholds::GRACE_MULTIPLIER);
+        self
+    }
+
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.settings.refresh_interval = interval;
+        self
+    }
+
+    /// Starts the actors: opens the database, closes the rows a crash of this host
+    /// left open, inserts a `running` row per executor, reads a first report, and
+    /// begins polling. Fails if the database cannot be opened or lacks the schema.
+    pub async fn start(self) -> Result<Overseer> {
+        let Self {
+            database_url,
+            executors,
+            settings,
+        } = self;
+        let url = database_url.ok_or_else(|| Error::Config("no database was given".into()))?;
+        if settings.poll.poll_timeout >= settings.poll.poll_interval {
+            return Err(Error::Config(
+                "poll_timeout must be shorter than poll_interval".into(),
+            ));
+        }
+        for (name, interval) in [
+            ("poll_timeout", settings.poll.poll_timeout),
+            ("heartbeat_interval", settings.heartbeat_interval),
+            ("refresh_interval", settings.refresh_interval),
+        ] {
+            if interval.is_zero() {
+                return Err(Error::Config(format!("{name} must be longer than zero")));
+            }
+        }
+
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let stats: Vec<(String, Arc<ExecutorStats>)> = executors
+            .iter()
+            .map(|e| (e.label(), Arc::new(ExecutorStats::default())))
+            .collect();
+        let aggregator_stats = Arc::new(AggregatorStats::default());
+
+        let checks = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(CHECK_THREADS)
+            .thread_name("overseer-check")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Runtime(format!("cannot start the check runtime: {e}")))?;
+        let check_handle = checks.handle().clone();
+        let executor_stats: Vec<Arc<ExecutorStats>> =
+            stats.iter().map(|(_, s)| s.clone()).collect();
+        let agg_stats = aggregator_stats.clone();
+
+        let thread = std::thread::Builder::new()
+            .name("overseer-actors".into())
+            .spawn(move || {
+                let system = actix_rt::System::with_tokio_rt(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime for the actors")
+                });
+                system.block_on(async move {
+                    let started = start_actors(
+                        url,
+                        executors,
+                        executor_stats,
+                        settings,
+                        check_handle,
+                        agg_stats,
+                    )
+                    .await;
+                    let (supervisor, aggregator) = match started {
+                        Ok((supervisor, aggregator, reports)) => {
+                            let _ = ready_tx.send(Ok(reports));
+                            (supervisor, aggregator)
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    // Run until asked to stop, or until the handle is dropped.
+                    let _ = stop_rx.await;
+                    let _ = supervisor.send(StopPolling).await;
+                    let finished = aggregator.send(Finish).await.unwrap_or_else(|e| {
+                        Err(Error::Runtime(format!("the aggregator is gone: {e}")))
+                    });
+                    let _ = done_tx.send(finished);
+                    System::current().stop();
+                });
+                // A hung check may hold a task forever: do not wait for it.
+                checks.shutdown_background();
+            })
+            .map_err(|e| Error::Runtime(format!("cannot start the actors' thread: {e}")))?;
+
+        let reports = ready_rx
+            .await
+            .map_err(|_| Error::Runtime("the actors' thread ended while starting".into()))??;
+        Ok(Overseer {
+            reports,
+            stats,
+            aggregator_stats,
+            stop: Some(stop_tx),
+            done: Some(done_rx),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Runs on the actors' thread: everything `start` promises, in order.
+async fn start_actors(
+    url: String,
+    executors: Vec<Executor>,
+    stats: Vec<Arc<ExecutorStats>>,
+    settings: Settings,
+    checks: tokio::runtime::Handle,
+    aggregator_stats: Arc<AggregatorStats>,
+) -> Result<(
+    Addr<HealthSupervisor>,
+    Addr<Aggregator>,
+    watch::Receiver<Arc<HealthReport>>,
+)> {
+    let mut options = ConnectOptions::new(url);
+    options
+        .connect_timeout(CONNECT_TIMEOUT)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .max_connections(4)
+        .sqlx_logging(false);
+    let db = Database::connect(options).await?;
+    storage::check_schema(&db).await?;
+
+    let keys: Vec<ExecutorKey> = executors
+        .iter()
+        .map(|e| (e.executor_class.clone(), e.instance.clone()))
+        .collect();
+    let session = Session::start(settings.hostname.clone(), settings.unixname.clone());
+    let closed = storage::close_crashed(&db, &session.hostname, &keys, session.started).await?;
+    if closed > 0 {
+        tracing::warn!(
+            rows = closed,
+            "closed executor rows a crash left open on this host"
+        );
+    }
+    let job_ids = storage::register(&db, &session, &keys).await?;
+
+    let now = Utc::now();
+    let first = storage::report_rows(&db, now, settings.thresholds.longest()).await?;
+    let report = HealthReport::build(&first, true, &settings.thresholds, now);
+    let (reports_tx, reports_rx) = watch::channel(Arc::new(report));
+
+    let aggregator = Aggregator::new(
+        db,
+        session,
+        AggregatorSettings {
+            heartbeat_interval: settings.heartbeat_interval,
+            refresh_interval: settings.refresh_interval,
+            thresholds: settings.thresholds,
+        },
+        job_ids,
+        reports_tx,
+        first,
+        aggregator_stats,
+    )
+    .start();
+
+    let polled = executors
+        .into_iter()
+        .zip(stats)
+        .map(|(executor, stats)| {
+            let label = executor.label();
+            let actor = ExecutorActor::new(
+                executor,
+                stats.clone(),
+                settings.restart_policy,
+                Some(checks.clone()),
+            );
+            (actor.start_supervised(), stats, label)
+        })
+        .collect();
+    let supervisor =
+        HealthSupervisor::new(settings.poll, polled, aggregator.clone().recipient()).start();
+    tracing::info!(hostname = %settings.hostname, "supervising executors");
+    Ok((supervisor, aggregator, reports_rx))
+}
+
+/// A running Overseer. Dropping it without [`Overseer::shutdown`] still ends the
+/// rows gracefully, in the background.
+pub struct Overseer {
+    reports: watch::Receiver<Arc<HealthReport>>,
+    stats: Vec<(String, Arc<ExecutorStats>)>,
+    aggregator_stats: Arc<AggregatorStats>,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<Result<()>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Overseer {
+    /// Configures a new Overseer.
+    pub fn builder() -> OverseerBuilder {
+        OverseerBuilder::default()
+    }
+
+    /// The latest report. Never waits on the database or on an actor.
+    pub fn report(&self) -> Arc<HealthReport> {
+        self.reports.borrow().clone()
+    }
+
+    /// The report now, then each time it changes.
+    pub fn subscribe(&self) -> WatchStream<Arc<HealthReport>> {
+        WatchStream::new(self.reports.clone())
+    }
+
+    /// A receiver of report changes, for hosts that prefer `watch`.
+    pub fn watch(&self) -> watch::Receiver<Arc<HealthReport>> {
+        self.reports.clone()
+    }
+
+    /// Each executor's label and counters.
+    pub fn stats(&self) -> Vec<(String, StatsSnapshot)> {
+        self.stats
+            .iter()
+            .map(|(label, stats)| (label.clone(), stats.snapshot()))
+            .collect()
+    }
+
+    /// The aggregator's counters (flushes, failures, statements per flush).
+    pub fn aggregator_stats(&self) -> &AggregatorStats {
+        &self.aggregator_stats
+    }
+
+    /// Stops polling, writes the last verdicts, ends the rows with `success`, and
+    /// waits for the actors' thread to finish.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = match self.done.take() {
+            Some(done) => done
+                .await
+                .unwrap_or_else(|_| Err(Error::Runtime("the actors' thread ended early".into()))),
+            None => Ok(()),
+        };
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        result
+    }
+}
+
+impl Drop for Overseer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

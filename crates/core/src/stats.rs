@@ -1,0 +1,80 @@
+//! Counters the actors keep per executor, read without asking the actors
+//! (they feed `/metrics` and the tests).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What happened to one executor's polls. Every field only grows, except
+/// `checks_running`, which is how many checks are running right now.
+#[derive(Debug, Default)]
+pub struct ExecutorStats {
+    /// `CheckHealth` messages sent.
+    pub polls: AtomicU64,
+    /// Ticks that sent nothing because the previous poll was still unanswered.
+    pub skipped: AtomicU64,
+    /// Polls not answered within `poll_timeout`.
+    pub timeouts: AtomicU64,
+    /// Answers that came after their poll had timed out (logged and dropped).
+    pub late_replies: AtomicU64,
+    /// Checks that panicked.
+    pub panics: AtomicU64,
+    /// Times the executor's actor was restarted by its supervisor.
+    pub restarts: AtomicU64,
+    /// Checks running now (tasks or threads held). At most one, by the in-flight guard.
+    pub checks_running: AtomicU64,
+    /// The most checks ever running at once.
+    pub checks_running_max: AtomicU64,
+    /// How long the last answered poll took, in microseconds.
+    pub last_poll_micros: AtomicU64,
+}
+
+/// A copy of [`ExecutorStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub polls: u64,
+    pub skipped: u64,
+    pub timeouts: u64,
+    pub late_replies: u64,
+    pub panics: u64,
+    pub restarts: u64,
+    pub checks_running: u64,
+    pub checks_running_max: u64,
+    pub last_poll_micros: u64,
+}
+
+impl ExecutorStats {
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            polls: get(&self.polls),
+            skipped: get(&self.skipped),
+            timeouts: get(&self.timeouts),
+            late_replies: get(&self.late_replies),
+            panics: get(&self.panics),
+            restarts: get(&self.restarts),
+            checks_running: get(&self.checks_running),
+            checks_running_max: get(&self.checks_running_max),
+            last_poll_micros: get(&self.last_poll_micros),
+        }
+    }
+
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks a check as running until the returned guard is dropped.
+    pub(crate) fn check_started(self: &std::sync::Arc<Self>) -> RunningCheck {
+        let now = self.checks_running.fetch_add(1, Ordering::Relaxed) + 1;
+        self.checks_running_max.fetch_max(now, Ordering::Relaxed);
+        RunningCheck(self.clone())
+    }
+}
+
+/// Held by a running check; counts it out when the check ends, however it ends.
+pub(crate) struct RunningCheck(std::sync::Arc<ExecutorStats>);
+
+impl Drop for RunningCheck {
+    fn drop(&mut self) {
+        self.0.checks_running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
