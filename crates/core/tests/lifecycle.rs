@@ -1,0 +1,360 @@
+//! The Jobs table through a whole run, on real databases: rows inserted and
+//! heartbeating with their verdicts, ended with `success` on shutdown, crashed
+//! rows closed on the next start, and a Postgres outage survived with no
+//! verdict lost.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use overseer_core::entity::job;
+use overseer_core::report::Status;
+use overseer_core::storage::{self, NewJob};
+use overseer_core::{
+    Executor, ExecutorHealth, HealthCheck, HealthReport, JobState, JobType, Overseer,
+};
+use overseer_migration::{Migrator, MigratorTrait};
+use overseer_testkit::TestDb;
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder};
+
+/// The longest a test waits for something the actors do every 100-200 ms.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A check whose answer the test sets.
+#[derive(Clone)]
+struct Switch(Arc<Mutex<ExecutorHealth>>);
+
+impl Switch {
+    fn new(health: ExecutorHealth) -> Self {
+        Self(Arc::new(Mutex::new(health)))
+    }
+
+    fn set(&self, health: ExecutorHealth) {
+        *self.0.lock().unwrap() = health;
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Switch {
+    async fn get_health(&self) -> ExecutorHealth {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn quick(url: &str, host: &str) -> overseer_core::OverseerBuilder {
+    Overseer::builder()
+        .database(url)
+        .hostname(host)
+        .poll_interval(Duration::from_millis(200))
+        .poll_timeout(Duration::from_millis(150))
+        .heartbeat_interval(Duration::from_millis(200))
+        .refresh_interval(Duration::from_millis(100))
+}
+
+/// Waits until the published report satisfies `done`.
+async fn report_until(
+    overseer: &Overseer,
+    what: &str,
+    done: impl Fn(&HealthReport) -> bool,
+) -> Arc<HealthReport> {
+    let mut reports = overseer.watch();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let report = reports.borrow_and_update().clone();
+            if done(&report) {
+                return report;
+            }
+            reports.changed().await.expect("the actors run");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: not seen within {PATIENCE:?}; last: {}",
+            overseer.report().json()
+        )
+    })
+}
+
+async fn executor_rows(db: &DatabaseConnection) -> Vec<job::Model> {
+    job::Entity::find()
+        .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+        .order_by_asc(job::Column::Id)
+        .all(db)
+        .await
+        .unwrap()
+}
+
+/// Polls the table until `done` holds for the executor rows.
+async fn rows_until(
+    db: &DatabaseConnection,
+    what: &str,
+    done: impl Fn(&[job::Model]) -> bool,
+) -> Vec<job::Model> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(rows) = job::Entity::find()
+            .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .order_by_asc(job::Column::Id)
+            .all(db)
+            .await
+            && done(&rows)
+        {
+            return rows;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn a_run_leaves_running_rows_with_verdicts_then_success(db: TestDb) {
+    Migrator::up(&db.conn, None).await.unwrap();
+    let broken = Switch::new(ExecutorHealth::unhealthy(
+        "broker redis://broker:6379/0 refused the connection",
+    ));
+    let overseer = quick(&db.url, "sched-1")
+        .executor(
+            Executor::new("CeleryExecutor", Switch::new(ExecutorHealth::Healthy))
+                .with_instance("redis://broker:6379/0"),
+        )
+        .executor(
+            Executor::new("fast:CeleryExecutor", broken.clone())
+                .with_instance("amqp://rabbit:5672//"),
+        )
+        .executor(Executor::unchecked("LocalExecutor"))
+        .start()
+        .await
+        .unwrap();
+
+    let report = report_until(&overseer, "three verdicts in the report", |r| {
+        r.executor.as_ref().is_some_and(|e| {
+            e.instances.len() == 3 && e.instances.iter().all(|i| i.checked_at.is_some())
+        })
+    })
+    .await;
+    let entry = report.executor.as_ref().unwrap();
+    assert_eq!(entry.status, Status::Unhealthy, "{:?}", db.backend);
+    let by_class = |class: &str| {
+        entry
+            .instances
+            .iter()
+            .find(|i| i.executor.as_deref() == Some(class))
+            .unwrap()
+    };
+    assert_eq!(by_class("CeleryExecutor").health, ExecutorHealth::Healthy);
+    assert_eq!(
+        by_class("fast:CeleryExecutor").health,
+        ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection")
+    );
+    assert_eq!(by_class("LocalExecutor").health, ExecutorHealth::Unknown);
+
+    let rows = executor_rows(&db.conn).await;
+    assert_eq!(rows.len(), 3, "{:?}: one row per executor", db.backend);
+    for row in &rows {
+        assert_eq!(row.state().unwrap(), Some(JobState::Running));
+        assert_eq!(row.hostname.as_deref(), Some("sched-1"));
+        assert_eq!(row.end_date, None);
+        let age = Utc::now() - row.latest_heartbeat.unwrap();
+        assert!(
+            age < chrono::Duration::seconds(10),
+            "{:?}: heartbeat {age} old",
+            db.backend
+        );
+    }
+    assert_eq!(
+        rows[1].executor_instance.as_deref(),
+        Some("amqp://rabbit:5672//")
+    );
+    assert!(
+        rows[0].latest_heartbeat > rows[0].start_date,
+        "{:?}: heartbeats advance",
+        db.backend
+    );
+
+    // The verdict changes; the row follows.
+    broken.set(ExecutorHealth::Healthy);
+    rows_until(&db.conn, "the recovered verdict in the table", |rows| {
+        rows.iter().all(|r| r.executor_health != "unhealthy")
+    })
+    .await;
+
+    let stats = overseer.aggregator_stats();
+    assert!(stats.flushes.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert!(
+        stats
+            .last_flush_statements
+            .load(std::sync::atomic::Ordering::Relaxed)
+            <= 2
+    );
+
+    overseer.shutdown().await.unwrap();
+    for row in executor_rows(&db.conn).await {
+        assert_eq!(
+            row.state().unwrap(),
+            Some(JobState::Success),
+            "{:?}",
+            db.backend
+        );
+        assert!(row.end_date.is_some(), "{:?}", db.backend);
+    }
+}
+
+#[tokio::test]
+async fn run_on_sqlite() {
+    a_run_leaves_running_rows_with_verdicts_then_success(overseer_testkit::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn run_on_postgres() {
+    if let Some(db) = overseer_testkit::postgres().await {
+        a_run_leaves_running_rows_with_verdicts_then_success(db).await;
+    }
+}
+
+#[tokio::test]
+async fn run_on_mariadb() {
+    if let Some(db) = overseer_testkit::mariadb().await {
+        a_run_leaves_running_rows_with_verdicts_then_success(db).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restart_closes_the_rows_a_crash_left_open_and_only_those() {
+    for db in overseer_testkit::all_backends().await {
+        Migrator::up(&db.conn, None).await.unwrap();
+        let crashed_at = Utc::now() - chrono::Duration::minutes(10);
+        let open_row = |host: &str, class: &str| NewJob {
+            job_type: JobType::ExecutorJob,
+            state: JobState::Running,
+            executor_class: Some(class.into()),
+            hostname: host.into(),
+            unixname: "airflow".into(),
+            executor_instance: Some("redis://broker:6379/0".into()),
+            start_date: crashed_at,
+        };
+        let crashed = storage::insert(&db.conn, open_row("sched-1", "CeleryExecutor"))
+            .await
+            .unwrap();
+        let other_host = storage::insert(&db.conn, open_row("sched-2", "CeleryExecutor"))
+            .await
+            .unwrap();
+        let other_executor =
+            storage::insert(&db.conn, open_row("sched-1", "team:my.BatchExecutor"))
+                .await
+                .unwrap();
+
+        let overseer = quick(&db.url, "sched-1")
+            .executor(
+                Executor::new("CeleryExecutor", Switch::new(ExecutorHealth::Healthy))
+                    .with_instance("redis://broker:6379/0"),
+            )
+            .start()
+            .await
+            .unwrap();
+
+        let closed = storage::find(&db.conn, crashed.id).await.unwrap().unwrap();
+        assert_eq!(
+            closed.state().unwrap(),
+            Some(JobState::Failed),
+            "{:?}",
+            db.backend
+        );
+        assert!(closed.end_date.is_some());
+        for untouched in [other_host.id, other_executor.id] {
+            let row = storage::find(&db.conn, untouched).await.unwrap().unwrap();
+            assert_eq!(
+                row.state().unwrap(),
+                Some(JobState::Running),
+                "{:?}",
+                db.backend
+            );
+            assert_eq!(row.end_date, None);
+        }
+        let fresh: Vec<_> = executor_rows(&db.conn)
+            .await
+            .into_iter()
+            .filter(|r| r.hostname.as_deref() == Some("sched-1") && r.end_date.is_none())
+            .filter(|r| r.executor_class.as_deref() == Some("CeleryExecutor"))
+            .collect();
+        assert_eq!(fresh.len(), 1, "{:?}: one fresh running row", db.backend);
+        overseer.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_returns() {
+    let server = match overseer_testkit::throwaway::ThrowawayPostgres::start() {
+        Ok(server) => server,
+        Err(e) => {
+            overseer_testkit::unavailable::<()>("a throwaway PostgreSQL server", e);
+            return;
+        }
+    };
+    let setup = sea_orm::Database::connect(server.url()).await.unwrap();
+    Migrator::up(&setup, None).await.unwrap();
+    setup.close().await.unwrap();
+
+    let check = Switch::new(ExecutorHealth::Healthy);
+    let overseer = quick(&server.url(), "sched-1")
+        .executor(
+            Executor::new("CeleryExecutor", check.clone()).with_instance("redis://broker:6379/0"),
+        )
+        .start()
+        .await
+        .unwrap();
+    report_until(&overseer, "healthy before the outage", |r| {
+        r.executor.as_ref().is_some_and(|e| {
+            e.instances
+                .iter()
+                .any(|i| i.health == ExecutorHealth::Healthy)
+        })
+    })
+    .await;
+
+    server.kill();
+    check.set(ExecutorHealth::unhealthy("broker down during the outage"));
+    report_until(&overseer, "metadatabase unhealthy during the outage", |r| {
+        r.metadatabase == Status::Unhealthy
+    })
+    .await;
+    // The report keeps the last rows it read while the database is away.
+    assert!(overseer.report().executor.is_some());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    server.resume().unwrap();
+    report_until(
+        &overseer,
+        "the latest verdict, read back after the outage",
+        |r| {
+            r.metadatabase == Status::Healthy
+                && r.executor.as_ref().is_some_and(|e| {
+                    e.instances.iter().any(|i| {
+                        i.health == ExecutorHealth::unhealthy("broker down during the outage")
+                    })
+                })
+        },
+    )
+    .await;
+    let stats = overseer.aggregator_stats();
+    assert!(
+        stats
+            .flush_failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    overseer.shutdown().await.unwrap();
+
+    let db = sea_orm::Database::connect(server.url()).await.unwrap();
+    let rows = executor_rows(&db).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].executor_health, "unhealthy");
+    assert_eq!(
+        rows[0].executor_health_reason.as_deref(),
+        Some("broker down during the outage")
+    );
+    assert_eq!(rows[0].state().unwrap(), Some(JobState::Success));
+    db.close().await.unwrap();
+}

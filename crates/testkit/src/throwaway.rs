@@ -1,0 +1,186 @@
+//! A PostgreSQL server of the test's own, on a free loopback port, that the test
+//! may stop and start: the machine's shared server is never touched.
+//!
+//! The cluster lives in a temporary folder owned by the `postgres` user (the
+//! server refuses to run as root); it is stopped by its process id and removed
+//! when the value is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long the server may take to start accepting connections.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A throwaway PostgreSQL server.
+pub struct ThrowawayPostgres {
+    /// The server's binaries (`initdb`, `postgres`).
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    /// The loopback port it listens on.
+    pub port: u16,
+}
+
+fn postgres_bin() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+/// Runs a command as the `postgres` user when this process is root.
+fn as_postgres(program: &Path) -> Command {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if is_root {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A TCP port on loopback that nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl ThrowawayPostgres {
+    /// Creates and starts a cluster, or says why it cannot (then the caller skips,
+    /// or fails under CI, see [`crate::unavailable`]).
+    pub fn start() -> Result<Self, String> {
+        let bin =
+            postgres_bin().ok_or("no PostgreSQL server binaries under /usr/lib/postgresql")?;
+        let dir = tempfile::Builder::new()
+            .prefix("overseer-pg-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .map_err(|e| format!("chown: {e}"))?;
+        if !status.success() {
+            return Err("cannot hand the cluster folder to the postgres user".into());
+        }
+        let data = dir.path().join("data");
+        let init = as_postgres(&bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !init.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&init.stderr)
+            ));
+        }
+        let server = Self {
+            bin,
+            dir,
+            port: free_port(),
+        };
+        server.resume()?;
+        Ok(server)
+    }
+
+    /// A URL of the `postgres` database on this server.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts the server (again) on the same port and waits until it answers.
+    pub fn resume(&self) -> Result<(), String> {
+        let log = self.dir.path().join("server.log");
+        let socket_dir = self.dir.path();
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c full_page_writes=off",
+            self.port,
+            socket_dir.display()
+        );
+        let started = as_postgres(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.data())
+            .args(["-o", &options, "-l"])
+            .arg(&log)
+            .args(["-w", "-t", "60", "start"])
+            .output()
+            .map_err(|e| format!("pg_ctl start: {e}"))?;
+        if !started.status.success() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!("the throwaway server did not start: {log}"));
+        }
+        let deadline = Instant::now() + START_DEADLINE;
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if Instant::now() > deadline {
+                return Err("the throwaway server does not accept connections".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The postmaster's process id, from its pid file.
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Kills the server by its process id (SIGKILL: as abrupt as a crash) and waits
+    /// until the port is closed.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            // The children notice the postmaster is gone and exit; wait for the port.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // Let the children finish, so the next start finds no stale shared memory.
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_file(self.data().join("postmaster.pid"));
+        }
+    }
+}
+
+impl Drop for ThrowawayPostgres {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args(["-QUIT", &pid.to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
