@@ -93,6 +93,21 @@ fn credentials_span(text: &str, from: usize) -> Option<(usize, usize)> {
     Some((scheme_end, at))
 }
 
+/// The URL (or `;`-separated list of URLs) with user and password removed:
+/// the identity of a broker as an instance (`redis://broker:6379/0`).
+pub fn without_credentials(text: &str) -> String {
+    text.split(';')
+        .map(|part| {
+            let part = part.trim();
+            match credentials_span(part, 0) {
+                Some((start, at)) => format!("{}{}", &part[..start], &part[at + 1..]),
+                None => part.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
 /// Masks the password of every `scheme://user:password@host` in `text`.
 pub fn scrub(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -150,6 +165,24 @@ mod tests {
             assert_eq!(SecretUrl::new(text).to_string(), text);
             assert_eq!(SecretUrl::new(text).password(), None);
         }
+    }
+
+    #[test]
+    fn an_instance_identity_carries_no_credentials() {
+        assert_eq!(
+            without_credentials("redis://:hunter2@broker:6379/0"),
+            "redis://broker:6379/0"
+        );
+        assert_eq!(
+            without_credentials(
+                "amqp://guest:guest@rabbit-1:5672//;amqp://guest:guest@rabbit-2:5672//"
+            ),
+            "amqp://rabbit-1:5672//;amqp://rabbit-2:5672//"
+        );
+        assert_eq!(
+            without_credentials("redis://broker:6379/0"),
+            "redis://broker:6379/0"
+        );
     }
 
     #[test]

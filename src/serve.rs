@@ -1,30 +1,93 @@
 //! `overseer serve`: the running service.
 
+use std::time::Duration;
+
 use anyhow::Context;
+use overseer_core::actors::PollSettings;
+use overseer_core::{Executor, Overseer, Settings, Thresholds};
 use overseer_migration::{Migrator, MigratorTrait};
 
-use crate::config::Config;
+use crate::config::executor::ExecutorKind;
+use crate::config::{Config, ExecutorConfig};
 use crate::db;
+use crate::secret::without_credentials;
 
-/// Opens the database, brings the schema up to date, and runs until `shutdown`
-/// completes (SIGTERM or Ctrl-C, see [`shutdown_signal`]).
+/// Opens the database, brings the schema up to date, supervises the configured
+/// executors, and runs until `shutdown` completes (SIGTERM or Ctrl-C, see
+/// [`shutdown_signal`]); then writes the last verdicts and ends its rows.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let db = db::connect(&config.database.url).await?;
+    let url = &config.database.url;
+    let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await
-        .map_err(|e| anyhow::anyhow!(config.database.url.scrub_from(&e.to_string())))
+        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
         .context("while migrating the schema up")?;
+    db.close().await.ok();
+
+    let overseer = Overseer::builder()
+        .database(url.expose())
+        .settings(settings(&config))
+        .executors(config.executors.iter().map(executor))
+        .start()
+        .await
+        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
+        .context("while starting the supervisor")?;
     tracing::info!(
-        database = %config.database.url,
+        database = %url,
         hostname = %config.supervisor.hostname,
         executors = config.executors.len(),
         "overseer is running"
     );
 
     shutdown.await;
-    tracing::info!("shutting down");
-    db.close().await.context("while closing the database")?;
+    tracing::info!("shutting down: writing the last verdicts");
+    overseer
+        .shutdown()
+        .await
+        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
+        .context("while ending the executor rows")?;
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// The actors' settings from the configuration.
+pub fn settings(config: &Config) -> Settings {
+    let supervisor = &config.supervisor;
+    Settings {
+        hostname: supervisor.hostname.clone(),
+        poll: PollSettings {
+            poll_interval: supervisor.poll_interval,
+            poll_timeout: supervisor.poll_timeout,
+            failures_before_unhealthy: supervisor.failures_before_unhealthy,
+            successes_before_healthy: supervisor.successes_before_healthy,
+        },
+        heartbeat_interval: supervisor.heartbeat_interval,
+        refresh_interval: supervisor.refresh_interval,
+        thresholds: Thresholds {
+            scheduler: config.thresholds.scheduler,
+            triggerer: config.thresholds.triggerer,
+            dag_processor: config.thresholds.dag_processor,
+            executor: executor_threshold(supervisor.heartbeat_interval),
+        },
+        ..Settings::default()
+    }
+}
+
+fn executor_threshold(heartbeat_interval: Duration) -> Duration {
+    heartbeat_interval.mul_f64(Thresholds::GRACE_MULTIPLIER)
+}
+
+/// One configured executor, with the check its kind gets. Celery's broker is its
+/// instance, without credentials; its check comes with the Celery crate, and
+/// until then it reports `unknown`, as every executor without a check does.
+pub fn executor(config: &ExecutorConfig) -> Executor {
+    let executor = Executor::unchecked(config.name.clone());
+    match (config.parsed_name().kind(), &config.broker_url) {
+        (ExecutorKind::Celery, Some(broker)) => {
+            executor.with_instance(without_credentials(broker.expose()))
+        }
+        _ => executor,
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).

@@ -86,46 +86,132 @@ async fn migrate_on_mariadb() {
     }
 }
 
-#[test]
-fn serve_on_the_default_sqlite_migrates_and_stops_cleanly_on_sigterm() {
-    let dir = workdir();
-    let mut child = overseer(dir.path())
-        .arg("serve")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("overseer serve starts");
-    let stderr = child.stderr.take().unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    let deadline = std::time::Instant::now() + START_DEADLINE;
-    let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|l: &String| l.contains("overseer is running"))
-    {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => seen.push(line),
-            Err(_) => panic!("serve did not report that it runs: {seen:?}"),
+/// `overseer serve` running in the background, with its log lines.
+struct Serving {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serving {
+    fn start(command: &mut std::process::Command) -> Self {
+        let mut child = command
+            .arg("serve")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("overseer serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let mut serving = Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        serving.wait_for("overseer is running");
+        serving
+    }
+
+    fn wait_for(&mut self, text: &str) {
+        let deadline = std::time::Instant::now() + START_DEADLINE;
+        while !self.seen.iter().any(|l| l.contains(text)) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("serve did not log {text:?}: {:?}", self.seen),
+            }
         }
     }
 
+    /// Sends SIGTERM and waits for the exit code.
+    fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        self.seen.extend(self.lines.try_iter());
+        (exit.code(), self.seen)
+    }
+}
+
+#[test]
+fn serve_on_the_default_sqlite_migrates_and_stops_cleanly_on_sigterm() {
+    let dir = workdir();
+    let serving = Serving::start(&mut overseer(dir.path()));
     // The embedded default: overseer.db in the working folder, with the Jobs table.
     assert!(dir.path().join("overseer.db").exists());
+    let (code, lines) = serving.terminate();
+    assert_eq!(code, Some(0), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("stopped")), "{lines:?}");
+}
 
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
-    assert_eq!(exit.code(), Some(0));
-    let rest: Vec<String> = lines.try_iter().collect();
-    assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
+async fn serve_supervises_the_configured_executors(db: TestDb) {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        r#"
+[supervisor]
+hostname = "sched-7"
+poll_interval = "200ms"
+poll_timeout = "100ms"
+heartbeat_interval = "200ms"
+refresh_interval = "100ms"
+
+[[executors]]
+name = "LocalExecutor"
+"#,
+    )
+    .unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor,CeleryExecutor")
+            .env(
+                "AIRFLOW__CELERY__BROKER_URL",
+                "redis://:hunter2@broker:6379/0",
+            ),
+    );
+    let open = db
+        .strings(
+            "SELECT executor_class || ' ' || COALESCE(executor_instance, '-') || ' ' || state || ' ' || hostname \
+             FROM job WHERE job_type = 'ExecutorJob' AND end_date IS NULL ORDER BY id",
+        )
+        .await;
+    assert_eq!(
+        open,
+        [
+            "LocalExecutor - running sched-7",
+            "CeleryExecutor redis://broker:6379/0 running sched-7"
+        ],
+        "{:?}",
+        db.backend
+    );
+
+    let (code, lines) = serving.terminate();
+    assert_eq!(code, Some(0), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("hunter2")), "{lines:?}");
+    let ended = db
+        .strings("SELECT state FROM job WHERE job_type = 'ExecutorJob' AND end_date IS NOT NULL ORDER BY id")
+        .await;
+    assert_eq!(ended, ["success", "success"], "{:?}", db.backend);
+}
+
+#[tokio::test]
+async fn serve_supervises_on_sqlite() {
+    serve_supervises_the_configured_executors(overseer_testkit::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn serve_supervises_on_postgres() {
+    if let Some(db) = overseer_testkit::postgres().await {
+        serve_supervises_the_configured_executors(db).await;
+    }
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             what: "unknown key",
             toml: Some("[supervisor]\npol_interval = \"10s\"\n"),
             env: &[],
-            line: "error: invalid configuration: supervisor.pol_interval (from overseer.toml): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval)",
+            line: "error: invalid configuration: supervisor.pol_interval (from overseer.toml): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval, failures_before_unhealthy, successes_before_healthy)",
         },
         Case {
             what: "unknown section",
@@ -139,7 +139,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             what: "unknown OVERSEER_ variable",
             toml: None,
             env: &[("OVERSEER_SUPERVISOR__POLL_INTERVALL", "10s")],
-            line: "error: invalid configuration: supervisor.poll_intervall (from environment variable OVERSEER_SUPERVISOR__POLL_INTERVALL): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval)",
+            line: "error: invalid configuration: supervisor.poll_intervall (from environment variable OVERSEER_SUPERVISOR__POLL_INTERVALL): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval, failures_before_unhealthy, successes_before_healthy)",
         },
         Case {
             what: "bad bind address",

@@ -86,6 +86,11 @@ pub struct SupervisorConfig {
     /// How often the Jobs table is read back to publish a fresh report.
     #[serde(with = "duration")]
     pub refresh_interval: Duration,
+    /// Consecutive failed polls before a verdict turns unhealthy (as a Kubernetes
+    /// probe's `failureThreshold`); 1 reports the first.
+    pub failures_before_unhealthy: u32,
+    /// Consecutive good polls before a verdict turns healthy again.
+    pub successes_before_healthy: u32,
 }
 
 /// `[thresholds]`: how old a heartbeat may be before its component counts as dead,
@@ -178,6 +183,8 @@ impl Default for Config {
                 poll_timeout: Duration::from_secs(5),
                 heartbeat_interval: Duration::from_secs(5),
                 refresh_interval: Duration::from_secs(1),
+                failures_before_unhealthy: 1,
+                successes_before_healthy: 1,
             },
             thresholds: ThresholdsConfig {
                 scheduler: Duration::from_secs(30),
@@ -320,6 +327,20 @@ fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
     ] {
         if value.is_zero() {
             return fail(key, "must be longer than zero".into());
+        }
+    }
+    for (key, value) in [
+        (
+            "supervisor.failures_before_unhealthy",
+            supervisor.failures_before_unhealthy,
+        ),
+        (
+            "supervisor.successes_before_healthy",
+            supervisor.successes_before_healthy,
+        ),
+    ] {
+        if value == 0 {
+            return fail(key, "must be at least 1".into());
         }
     }
     if supervisor.poll_timeout >= supervisor.poll_interval {
