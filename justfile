@@ -16,7 +16,7 @@ lint:
 
 # Run the benchmarks (optimised build) and print their figures.
 bench:
-    cargo bench --workspace
+    cargo bench --bench supervision
 
 # Everything CI runs, services included: the same script CI uses.
 ci:
