@@ -53,14 +53,24 @@ impl HealthCheck for Healthy {
 }
 
 fn seconds() -> u64 {
-    std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(30)
+    std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
 }
 
 /// CPU seconds (user + system) this process has used.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or_default().split_whitespace().collect();
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
+        f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
+    });
     ticks / 100.0
 }
 
@@ -75,7 +85,10 @@ fn peak_rss_mib() -> f64 {
 }
 
 async fn sqlite_url(dir: &tempfile::TempDir) -> String {
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("bench.db").display());
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("bench.db").display()
+    );
     let db = sea_orm::Database::connect(&url).await.unwrap();
     Migrator::up(&db, None).await.unwrap();
     db.close().await.unwrap();
@@ -96,7 +109,10 @@ async fn host_loop(run_for: Duration) -> (Duration, Duration) {
         expected = now + TICK;
     }
     lateness.sort();
-    (lateness[lateness.len() * 99 / 100], *lateness.last().unwrap())
+    (
+        lateness[lateness.len() * 99 / 100],
+        *lateness.last().unwrap(),
+    )
 }
 
 fn builder(url: &str) -> overseer_core::OverseerBuilder {
@@ -136,8 +152,12 @@ async fn scenario(name: &str, url: Option<String>) -> String {
             format!("{p99:?}\t{worst:?}")
         }
         "scale" => {
-            let count: usize = std::env::var("BENCH_EXECUTORS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-            let executors = (0..count).map(|i| Executor::new(format!("e{i}:CeleryExecutor"), Healthy));
+            let count: usize = std::env::var("BENCH_EXECUTORS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(10_000);
+            let executors =
+                (0..count).map(|i| Executor::new(format!("e{i}:CeleryExecutor"), Healthy));
             let cpu_before = cpu_seconds();
             let overseer = builder(&url).executors(executors).start().await.unwrap();
             tokio::time::sleep(run_for).await;
@@ -163,7 +183,9 @@ fn postgres_db() -> Option<String> {
     let name = format!("overseer_bench_{}", std::process::id());
     let created = Command::new("psql")
         .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc"])
-        .arg(format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
+        .arg(format!(
+            "DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"
+        ))
         .output()
         .ok()?;
     if !created.status.success() {
@@ -196,7 +218,11 @@ fn child(name: &str, env: &[(&str, String)]) -> String {
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -225,15 +251,23 @@ fn main() {
     ] {
         let line = child(name, &[]);
         let mut fields = line.split('\t');
-        println!("| {label} | {} | {} |", fields.next().unwrap_or("?"), fields.next().unwrap_or("?"));
+        println!(
+            "| {label} | {} | {} |",
+            fields.next().unwrap_or("?"),
+            fields.next().unwrap_or("?")
+        );
     }
 
     let postgres = postgres_db();
     if postgres.is_none() {
         println!("\n(Postgres at 127.0.0.1:5432 unreachable: its rows are skipped)");
     }
-    println!("\nExecutors polled every second for {secs} s (one flush and one refresh per second):");
-    println!("| database | executors | CPU s | peak RSS MiB | statements per flush | verdicts in last flush | last flush ms | flushes |");
+    println!(
+        "\nExecutors polled every second for {secs} s (one flush and one refresh per second):"
+    );
+    println!(
+        "| database | executors | CPU s | peak RSS MiB | statements per flush | verdicts in last flush | last flush ms | flushes |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for (database, url) in [("SQLite", None), ("Postgres", postgres.clone())] {
         if database == "Postgres" && url.is_none() {
@@ -244,7 +278,16 @@ fn main() {
             if let Some(url) = &url {
                 // Each run starts from an empty table.
                 let _ = Command::new("psql")
-                    .args(["-h", "127.0.0.1", "-U", "postgres", "-d", url.rsplit('/').next().unwrap(), "-qc", "DELETE FROM job"])
+                    .args([
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "-d",
+                        url.rsplit('/').next().unwrap(),
+                        "-qc",
+                        "DELETE FROM job",
+                    ])
                     .output();
                 env.push(("BENCH_URL", url.clone()));
             }

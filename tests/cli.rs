@@ -214,6 +214,38 @@ async fn serve_supervises_on_postgres() {
     }
 }
 
+#[tokio::test]
+async fn after_kill_9_a_restart_closes_the_crashed_rows() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    let serve = |dir: &std::path::Path| {
+        let mut command = overseer(dir);
+        command
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("OVERSEER_SUPERVISOR__HOSTNAME", "sched-9")
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor");
+        command
+    };
+    let crashed = Serving::start(&mut serve(dir.path()));
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &crashed.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let states = "SELECT state || ' ' || CASE WHEN end_date IS NULL THEN 'open' ELSE 'ended' END FROM job ORDER BY id";
+    assert_eq!(
+        db.strings(states).await,
+        ["running open"],
+        "kill -9 leaves the row open"
+    );
+
+    let restarted = Serving::start(&mut serve(dir.path()));
+    assert_eq!(db.strings(states).await, ["failed ended", "running open"]);
+    let (code, _) = restarted.terminate();
+    assert_eq!(code, Some(0));
+    assert_eq!(db.strings(states).await, ["failed ended", "success ended"]);
+}
+
 #[test]
 fn an_unreachable_database_fails_with_exit_1_and_no_password() {
     let dir = workdir();

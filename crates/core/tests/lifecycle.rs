@@ -16,6 +16,7 @@ use overseer_core::{
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder};
+use tokio_stream::StreamExt;
 
 /// The longest a test waits for something the actors do every 100-200 ms.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -128,6 +129,19 @@ async fn a_run_leaves_running_rows_with_verdicts_then_success(db: TestDb) {
         .start()
         .await
         .unwrap();
+
+    // subscribe(): the report now, then each change.
+    let mut changes = overseer.subscribe();
+    let first = changes.next().await.expect("the current report");
+    let second = tokio::time::timeout(PATIENCE, changes.next())
+        .await
+        .expect("a change within the patience")
+        .expect("another report");
+    assert_ne!(
+        first.json(),
+        second.json(),
+        "each report the stream gives is a change"
+    );
 
     let report = report_until(&overseer, "three verdicts in the report", |r| {
         r.executor.as_ref().is_some_and(|e| {
