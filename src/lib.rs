@@ -7,7 +7,7 @@
 //! # Layout
 //! - [`cli`]: the command line (clap): `serve`, `migrate`, `config`.
 //! - [`config`]: the layered configuration and its checks.
-//! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
+//! - [`secret`]: URLs whose passwords never show (from `overseer-core`).
 //! - [`db`]: opening the metadata database, with errors that name no secret.
 //! - [`logging`]: tracing to stderr, plain or JSON.
 //! - [`serve`]: the running service, until SIGTERM or Ctrl-C.
@@ -16,5 +16,6 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod logging;
-pub mod secret;
 pub mod serve;
+
+pub use overseer_core::secret;

@@ -17,6 +17,7 @@
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
 //! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
 //! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
+//! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
 //! - [`error`]: this crate's one error type and its `Result` alias.
 
 pub mod actors;
@@ -26,6 +27,7 @@ pub mod error;
 pub mod job;
 pub mod overseer;
 pub mod report;
+pub mod secret;
 pub mod stats;
 pub mod storage;
 

@@ -183,9 +183,15 @@ impl OverseerBuilder {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
-        let stats: Vec<(String, Arc<ExecutorStats>)> = executors
+        let stats: Vec<(ExecutorIdentity, Arc<ExecutorStats>)> = executors
             .iter()
-            .map(|e| (e.label(), Arc::new(ExecutorStats::default())))
+            .map(|e| {
+                let identity = ExecutorIdentity {
+                    executor_class: e.executor_class.clone(),
+                    instance: e.instance.clone(),
+                };
+                (identity, Arc::new(ExecutorStats::default()))
+            })
             .collect();
         let aggregator_stats = Arc::new(AggregatorStats::default());
 
@@ -333,11 +339,28 @@ async fn start_actors(
     Ok((supervisor, aggregator, reports_rx))
 }
 
+/// Which executor a set of counters belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorIdentity {
+    pub executor_class: String,
+    pub instance: Option<String>,
+}
+
+impl ExecutorIdentity {
+    /// `class` or `class @ instance`, for logs.
+    pub fn label(&self) -> String {
+        match &self.instance {
+            Some(instance) => format!("{} @ {instance}", self.executor_class),
+            None => self.executor_class.clone(),
+        }
+    }
+}
+
 /// A running Overseer. Dropping it without [`Overseer::shutdown`] still ends the
 /// rows gracefully, in the background.
 pub struct Overseer {
     reports: watch::Receiver<Arc<HealthReport>>,
-    stats: Vec<(String, Arc<ExecutorStats>)>,
+    stats: Vec<(ExecutorIdentity, Arc<ExecutorStats>)>,
     aggregator_stats: Arc<AggregatorStats>,
     stop: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<Result<()>>>,
@@ -369,13 +392,19 @@ impl Overseer {
     pub fn stats(&self) -> Vec<(String, StatsSnapshot)> {
         self.stats
             .iter()
-            .map(|(label, stats)| (label.clone(), stats.snapshot()))
+            .map(|(executor, stats)| (executor.label(), stats.snapshot()))
             .collect()
     }
 
+    /// Each executor's identity and its live counters, for an exporter to read
+    /// on every scrape.
+    pub fn executor_stats(&self) -> Vec<(ExecutorIdentity, Arc<ExecutorStats>)> {
+        self.stats.clone()
+    }
+
     /// The aggregator's counters (flushes, failures, statements per flush).
-    pub fn aggregator_stats(&self) -> &AggregatorStats {
-        &self.aggregator_stats
+    pub fn aggregator_stats(&self) -> Arc<AggregatorStats> {
+        self.aggregator_stats.clone()
     }
 
     /// Stops polling, writes the last verdicts, ends the rows with `success`, and

@@ -25,7 +25,19 @@ pub struct ExecutorStats {
     pub checks_running_max: AtomicU64,
     /// How long the last answered poll took, in microseconds.
     pub last_poll_micros: AtomicU64,
+    /// Answered polls by duration: how many took at most each of
+    /// [`POLL_BUCKETS_SECONDS`] (cumulative, as Prometheus histograms count).
+    pub poll_buckets: [AtomicU64; POLL_BUCKETS_SECONDS.len()],
+    /// Answered polls, and their total duration in microseconds.
+    pub poll_count: AtomicU64,
+    pub poll_sum_micros: AtomicU64,
 }
+
+/// Upper bounds of the poll-duration histogram, in seconds: from a loopback
+/// PING (well under a millisecond) to the default 5 s timeout.
+pub const POLL_BUCKETS_SECONDS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
 
 /// A copy of [`ExecutorStats`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,6 +67,20 @@ impl ExecutorStats {
             checks_running: get(&self.checks_running),
             checks_running_max: get(&self.checks_running_max),
             last_poll_micros: get(&self.last_poll_micros),
+        }
+    }
+
+    /// Records one answered poll's duration.
+    pub(crate) fn observe_poll(&self, took: std::time::Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.last_poll_micros.store(micros, Ordering::Relaxed);
+        self.poll_count.fetch_add(1, Ordering::Relaxed);
+        self.poll_sum_micros.fetch_add(micros, Ordering::Relaxed);
+        let seconds = took.as_secs_f64();
+        for (bucket, bound) in self.poll_buckets.iter().zip(POLL_BUCKETS_SECONDS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 

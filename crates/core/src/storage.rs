@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Timelike, Utc};
 use sea_orm::sea_query::{
-    Expr, ExprTrait, MysqlQueryBuilder, Order, PostgresQueryBuilder, Query, SqliteQueryBuilder,
+    Expr, MysqlQueryBuilder, Order, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
 };
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend,
@@ -274,32 +274,60 @@ where
     Ok(statements)
 }
 
-/// One `UPDATE job SET executor_health = CASE id WHEN ... END, ...` for every
-/// verdict, with its values written into the SQL (escaped by sea-query for the
-/// backend) so that no parameter limit bounds how many rows one statement takes.
+/// One `UPDATE` that sets every verdict from a derived table of
+/// `(id, health, reason, checked_at)` rows joined on `id`: linear in the number
+/// of verdicts (a `CASE` over every id would be quadratic). The values are
+/// written into the SQL, escaped by sea-query for the backend, so that no
+/// parameter limit bounds how many rows one statement takes.
 fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> String {
-    let id_is = |v: &VerdictRow| Expr::col(Column::Id).eq(v.id);
-    let case = |value: &dyn Fn(&VerdictRow) -> Expr| {
-        let (first, rest) = verdicts.split_first().expect("at least one verdict");
-        rest.iter()
-            .fold(Expr::case(id_is(first), value(first)), |case, v| {
-                case.case(id_is(v), value(v))
-            })
+    let literal = |value: sea_orm::Value| match backend {
+        DbBackend::Postgres => PostgresQueryBuilder.value_to_string(&value),
+        DbBackend::MySql => MysqlQueryBuilder.value_to_string(&value),
+        _ => SqliteQueryBuilder.value_to_string(&value),
     };
-    let health = case(&|v| Expr::val(v.health.as_str()));
-    let reason = case(&|v| Expr::val(v.health.reason().map(str::to_owned)));
-    let checked_at = case(&|v| Expr::cust(timestamp_literal(backend, v.checked_at)));
-    let update = Query::update()
-        .table(Job)
-        .value(Column::ExecutorHealth, health)
-        .value(Column::ExecutorHealthReason, reason)
-        .value(Column::ExecutorHealthCheckedAt, checked_at)
-        .and_where(Expr::col(Column::Id).is_in(verdicts.iter().map(|v| v.id)))
-        .to_owned();
+    let rows = verdicts.iter().map(|v| {
+        (
+            v.id,
+            literal(v.health.as_str().into()),
+            literal(v.health.reason().map(str::to_owned).into()),
+            timestamp_literal(backend, v.checked_at),
+        )
+    });
     match backend {
-        DbBackend::Postgres => update.to_string(PostgresQueryBuilder),
-        DbBackend::MySql => update.to_string(MysqlQueryBuilder),
-        _ => update.to_string(SqliteQueryBuilder),
+        DbBackend::Postgres => {
+            let values: Vec<String> = rows
+                .map(|(id, h, r, t)| format!("({id}, {h}, {r}, {t})"))
+                .collect();
+            format!(
+                "UPDATE job SET executor_health = v.health, executor_health_reason = v.reason, \
+                 executor_health_checked_at = v.checked_at \
+                 FROM (VALUES {}) AS v(id, health, reason, checked_at) WHERE job.id = v.id",
+                values.join(", ")
+            )
+        }
+        DbBackend::MySql => {
+            let selects: Vec<String> = rows
+                .map(|(id, h, r, t)| {
+                    format!("SELECT {id} AS id, {h} AS health, {r} AS reason, {t} AS checked_at")
+                })
+                .collect();
+            format!(
+                "UPDATE job JOIN ({}) AS v ON job.id = v.id SET job.executor_health = v.health, \
+                 job.executor_health_reason = v.reason, job.executor_health_checked_at = v.checked_at",
+                selects.join(" UNION ALL ")
+            )
+        }
+        _ => {
+            // SQLite names a VALUES table's columns column1, column2, ...
+            let values: Vec<String> = rows
+                .map(|(id, h, r, t)| format!("({id}, {h}, {r}, {t})"))
+                .collect();
+            format!(
+                "UPDATE job SET executor_health = v.column2, executor_health_reason = v.column3, \
+                 executor_health_checked_at = v.column4 FROM (VALUES {}) AS v WHERE job.id = v.column1",
+                values.join(", ")
+            )
+        }
     }
 }
 

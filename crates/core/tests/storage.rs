@@ -147,3 +147,89 @@ async fn most_recent_follows_airflows_rule_running_first_then_latest_heartbeat()
         assert_eq!(open, [1, 3, 4], "{:?}", db.backend);
     }
 }
+
+#[tokio::test]
+async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
+    use overseer_core::storage::{Session, VerdictRow};
+    for db in migrated().await {
+        let session = Session::start("sched-1", "airflow");
+        let keys: Vec<(String, Option<String>)> = (0..3)
+            .map(|i| {
+                (
+                    format!("e{i}:CeleryExecutor"),
+                    Some(format!("redis://b{i}:6379/0")),
+                )
+            })
+            .collect();
+        let ids = storage::register(&db.conn, &session, &keys).await.unwrap();
+        let tricky =
+            "it's \"quoted\", a back\\slash, a\nnew line, 100% _wild_ ünïcode; DROP TABLE job; --";
+        let checked_at = at(19, 48, 48, 365_305);
+        let verdicts = vec![
+            VerdictRow {
+                id: ids[0],
+                health: ExecutorHealth::unhealthy(tricky),
+                checked_at,
+            },
+            VerdictRow {
+                id: ids[2],
+                health: ExecutorHealth::Healthy,
+                checked_at,
+            },
+        ];
+        let statements = storage::flush(&db.conn, &session, Utc::now(), &verdicts)
+            .await
+            .unwrap();
+        assert_eq!(statements, 2, "{:?}: heartbeat and verdicts", db.backend);
+
+        let rows: Vec<_> = rows_by_id(&db, &ids).await;
+        assert_eq!(
+            rows[0].executor_health().unwrap(),
+            ExecutorHealth::unhealthy(tricky),
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(
+            rows[0].executor_health_checked_at,
+            Some(checked_at),
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(
+            rows[1].executor_health().unwrap(),
+            ExecutorHealth::Unknown,
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(rows[1].executor_health_checked_at, None);
+        assert_eq!(
+            rows[2].executor_health().unwrap(),
+            ExecutorHealth::Healthy,
+            "{:?}",
+            db.backend
+        );
+        assert!(
+            rows.iter()
+                .all(|r| r.latest_heartbeat > Some(session.started)),
+            "{:?}",
+            db.backend
+        );
+
+        // The session's rows end together; nobody else's.
+        assert_eq!(
+            storage::finish(&db.conn, &session, Utc::now())
+                .await
+                .unwrap(),
+            3
+        );
+        assert!(storage::open_jobs(&db.conn).await.unwrap().is_empty());
+    }
+}
+
+async fn rows_by_id(db: &TestDb, ids: &[i32]) -> Vec<overseer_core::entity::job::Model> {
+    let mut rows = Vec::new();
+    for id in ids {
+        rows.push(storage::find(&db.conn, *id).await.unwrap().unwrap());
+    }
+    rows
+}

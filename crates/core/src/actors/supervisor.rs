@@ -185,11 +185,7 @@ impl HealthSupervisor {
             );
             return;
         }
-        let micros = u64::try_from(in_flight.sent.elapsed().as_micros()).unwrap_or(u64::MAX);
-        executor
-            .stats
-            .last_poll_micros
-            .store(micros, std::sync::atomic::Ordering::Relaxed);
+        executor.stats.observe_poll(in_flight.sent.elapsed());
         self.observe(index, health);
     }
 
