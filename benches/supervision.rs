@@ -178,27 +178,28 @@ async fn scenario(name: &str, url: Option<String>) -> String {
     }
 }
 
-/// A fresh database on the loopback Postgres, or `None` when it is unreachable.
-fn postgres_db() -> Option<String> {
+/// A fresh database on the loopback Postgres, or why there is none.
+fn postgres_db() -> Result<String, String> {
     let name = format!("overseer_bench_{}", std::process::id());
     let created = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qc"])
-        .arg(format!(
-            "DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"
-        ))
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-q"])
+        .args(["-c", &format!("DROP DATABASE IF EXISTS {name}")])
+        .args(["-c", &format!("CREATE DATABASE {name}")])
         .output()
-        .ok()?;
+        .map_err(|e| format!("psql: {e}"))?;
     if !created.status.success() {
-        return None;
+        return Err(String::from_utf8_lossy(&created.stderr).trim().to_owned());
     }
     let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let db = sea_orm::Database::connect(&url).await.ok()?;
-        Migrator::up(&db, None).await.ok()?;
-        db.close().await.ok()
+        let db = sea_orm::Database::connect(&url)
+            .await
+            .map_err(|e| e.to_string())?;
+        Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
+        db.close().await.map_err(|e| e.to_string())
     })?;
-    Some(url)
+    Ok(url)
 }
 
 fn drop_postgres_db(url: &str) {
@@ -258,10 +259,9 @@ fn main() {
         );
     }
 
-    let postgres = postgres_db();
-    if postgres.is_none() {
-        println!("\n(Postgres at 127.0.0.1:5432 unreachable: its rows are skipped)");
-    }
+    let postgres = postgres_db()
+        .map_err(|e| println!("\n(Postgres at 127.0.0.1:5432 unusable, its rows are skipped: {e})"))
+        .ok();
     println!(
         "\nExecutors polled every second for {secs} s (one flush and one refresh per second):"
     );

@@ -1,11 +1,15 @@
 //! `overseer serve`: the running service.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use overseer_api::ApiState;
+use overseer_api::metrics::Metrics;
 use overseer_core::actors::PollSettings;
 use overseer_core::{Executor, Overseer, Settings, Thresholds};
 use overseer_migration::{Migrator, MigratorTrait};
+use tokio::sync::watch;
 
 use crate::config::executor::ExecutorKind;
 use crate::config::{Config, ExecutorConfig};
@@ -17,6 +21,13 @@ use crate::secret::without_credentials;
 /// [`shutdown_signal`]); then writes the last verdicts and ends its rows.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let url = &config.database.url;
+    // Take the port first: a port in use stops start-up before any row is written.
+    let listener = std::net::TcpListener::bind(config.api.bind)
+        .with_context(|| format!("cannot listen on {}", config.api.bind))?;
+    let address = listener
+        .local_addr()
+        .context("while reading the bound address")?;
+
     let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await
@@ -32,20 +43,35 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .await
         .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
         .context("while starting the supervisor")?;
+
+    let (stopping, stopping_rx) = watch::channel(false);
+    let state = ApiState {
+        reports: overseer.watch(),
+        metrics: Arc::new(Metrics::new(
+            overseer.executor_stats(),
+            overseer.aggregator_stats(),
+            overseer.watch(),
+        )),
+        shutdown: stopping_rx,
+    };
+    let server = overseer_api::server(state, listener).context("while starting the HTTP server")?;
+    let http = server.handle();
+    let serving = tokio::spawn(server);
     tracing::info!(
         database = %url,
         hostname = %config.supervisor.hostname,
         executors = config.executors.len(),
-        "overseer is running"
+        "overseer is running, listening on http://{address}"
     );
 
     shutdown.await;
     tracing::info!("shutting down: writing the last verdicts");
-    overseer
-        .shutdown()
-        .await
+    let _ = stopping.send(true);
+    let (ended, ()) = tokio::join!(overseer.shutdown(), http.stop(true));
+    ended
         .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
         .context("while ending the executor rows")?;
+    let _ = serving.await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -2,16 +2,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::sync::mpsc;
-use std::time::Duration;
-
 use overseer_testkit::TestDb;
-use support::{overseer, run, workdir};
-
-/// How long `serve` may take to report that it runs (a debug build, a cold database).
-const START_DEADLINE: Duration = Duration::from_secs(60);
+use support::{Serving, overseer, run, workdir};
 
 const EXECUTOR_COLUMNS: [&str; 4] = [
     "executor_health",
@@ -83,60 +75,6 @@ async fn migrate_on_postgres() {
 async fn migrate_on_mariadb() {
     if let Some(db) = overseer_testkit::mariadb().await {
         migrate_commands_manage_the_schema(db).await;
-    }
-}
-
-/// `overseer serve` running in the background, with its log lines.
-struct Serving {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Serving {
-    fn start(command: &mut std::process::Command) -> Self {
-        let mut child = command
-            .arg("serve")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("overseer serve starts");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        let mut serving = Self {
-            child,
-            lines,
-            seen: Vec::new(),
-        };
-        serving.wait_for("overseer is running");
-        serving
-    }
-
-    fn wait_for(&mut self, text: &str) {
-        let deadline = std::time::Instant::now() + START_DEADLINE;
-        while !self.seen.iter().any(|l| l.contains(text)) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!("serve did not log {text:?}: {:?}", self.seen),
-            }
-        }
-    }
-
-    /// Sends SIGTERM and waits for the exit code.
-    fn terminate(mut self) -> (Option<i32>, Vec<String>) {
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = self.child.wait().unwrap();
-        self.seen.extend(self.lines.try_iter());
-        (exit.code(), self.seen)
     }
 }
 
@@ -226,12 +164,13 @@ async fn after_kill_9_a_restart_closes_the_crashed_rows() {
             .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor");
         command
     };
-    let crashed = Serving::start(&mut serve(dir.path()));
+    let mut crashed = Serving::start(&mut serve(dir.path()));
     let status = std::process::Command::new("kill")
         .args(["-KILL", &crashed.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
+    let _ = crashed.child.wait();
     let states = "SELECT state || ' ' || CASE WHEN end_date IS NULL THEN 'open' ELSE 'ended' END FROM job ORDER BY id";
     assert_eq!(
         db.strings(states).await,

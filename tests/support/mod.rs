@@ -46,3 +46,104 @@ pub fn run(command: &mut Command) -> Run {
 pub fn workdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temporary folder")
 }
+
+/// `overseer serve` running in the background, with its log lines and address.
+pub struct Serving {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+    /// `host:port` it listens on, from its "listening on" line.
+    pub address: String,
+}
+
+/// How long `serve` may take to report that it runs (a debug build, a cold database).
+pub const START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Serving {
+    /// Starts `serve --bind 127.0.0.1:0` (a free port of its own) and waits until
+    /// it says it runs.
+    pub fn start(command: &mut Command) -> Self {
+        use std::io::BufRead;
+        let mut child = command
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("overseer serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let mut serving = Self {
+            child,
+            lines,
+            seen: Vec::new(),
+            address: String::new(),
+        };
+        let line = serving.wait_for("overseer is running");
+        serving.address = line
+            .split("listening on http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned();
+        serving
+    }
+
+    /// Waits for a log line containing `text`, and returns it.
+    pub fn wait_for(&mut self, text: &str) -> String {
+        let deadline = std::time::Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(line) = self.seen.iter().find(|l| l.contains(text)) {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("serve did not log {text:?}: {:?}", self.seen),
+            }
+        }
+    }
+
+    /// `http://host:port/path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    pub fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = self.child.wait().unwrap();
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.extend(self.lines.try_iter());
+        (exit.code(), seen)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET, answered with its status and body (any status).
+pub fn get(url: &str) -> (u16, String) {
+    match ureq::get(url)
+        .timeout(std::time::Duration::from_secs(10))
+        .call()
+    {
+        Ok(response) => (response.status(), response.into_string().unwrap()),
+        Err(ureq::Error::Status(status, response)) => (status, response.into_string().unwrap()),
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}

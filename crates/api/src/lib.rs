@@ -1,4 +1,97 @@
 //! # overseer-api
 //!
-//! The HTTP API: the Airflow-compatible health JSON, the dashboard and the
-//! metrics, served from the report `overseer-core` publishes. It knows no Celery.
+//! The HTTP API: what the [`Aggregator`](overseer_core::actors::Aggregator)
+//! publishes, served to dashboards and scripts, to Prometheus, and to people.
+//! Nothing here touches the database or asks an actor: every request reads the
+//! latest published [`HealthReport`](overseer_core::HealthReport), whose JSON was
+//! rendered once when it was built. It knows no executor kind (no Celery).
+//!
+//! # Layout
+//! - [`health`]: `GET /api/v2/monitor/health` (`?strict=true`) and its
+//!   Server-Sent Events stream.
+//! - [`schema`]: the response types and the generated OpenAPI document.
+//! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
+//! - [`dashboard`]: `GET /`, a self-contained page for people.
+//! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
+
+pub mod dashboard;
+pub mod errors;
+pub mod health;
+pub mod metrics;
+pub mod schema;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, dev::Server, web};
+use overseer_core::HealthReport;
+use tokio::sync::watch;
+
+/// The largest request body accepted: no route takes one, so anything bigger is abuse.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// How long a graceful shutdown waits for requests in flight (SSE streams end at once).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often an idle SSE stream sends a keep-alive comment, so proxies keep it open.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// What every handler reads.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The latest report, and its changes.
+    pub reports: watch::Receiver<Arc<HealthReport>>,
+    /// The Prometheus registry `/metrics` renders.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Flips to `true` when the service shuts down: SSE streams end then.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Registers every route on an actix-web app.
+pub fn routes(config: &mut web::ServiceConfig) {
+    config
+        .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+        .app_data(web::QueryConfig::default().error_handler(errors::bad_query))
+        .service(
+            web::resource("/api/v2/monitor/health")
+                .route(web::get().to(health::health))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/v2/monitor/health/stream")
+                .route(web::get().to(health::stream))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/metrics")
+                .route(web::get().to(metrics::metrics))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/openapi.json")
+                .route(web::get().to(schema::openapi))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/")
+                .route(web::get().to(dashboard::page))
+                .default_service(web::to(errors::method_not_allowed)),
+        );
+}
+
+/// The HTTP server on `listener`, until its handle stops it. Signals are the
+/// caller's to handle.
+pub fn server(state: ApiState, listener: TcpListener) -> std::io::Result<Server> {
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(state.clone()))
+            .wrap(tracing_actix_web::TracingLogger::default())
+            .configure(routes)
+            .default_service(web::to(errors::not_found))
+    })
+    .disable_signals()
+    .shutdown_timeout(SHUTDOWN_TIMEOUT.as_secs())
+    .listen(listener)?
+    .run())
+}

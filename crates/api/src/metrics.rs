@@ -1,0 +1,318 @@
+//! `GET /metrics`: Prometheus' text format, encoded by the `prometheus` crate.
+//!
+//! The numbers live where they are made (the actors' atomic counters, the
+//! published report); a scrape reads them and builds the metric families, so
+//! nothing is recorded twice and a scrape takes no lock an actor waits on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix_web::HttpResponse;
+use actix_web::web::Data;
+use chrono::Utc;
+use overseer_core::actors::aggregator::AggregatorStats;
+use overseer_core::overseer::ExecutorIdentity;
+use overseer_core::report::Status;
+use overseer_core::secret::scrub;
+use overseer_core::stats::{ExecutorStats, POLL_BUCKETS_SECONDS};
+use overseer_core::{ExecutorHealth, HealthReport};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{Encoder, TextEncoder};
+use tokio::sync::watch;
+
+use crate::ApiState;
+
+/// Picks one counter out of an executor's stats.
+type CounterField = fn(&ExecutorStats) -> &AtomicU64;
+
+/// What `/metrics` reads on every scrape.
+pub struct Metrics {
+    executors: Vec<(ExecutorIdentity, Arc<ExecutorStats>)>,
+    aggregator: Arc<AggregatorStats>,
+    reports: watch::Receiver<Arc<HealthReport>>,
+}
+
+impl Metrics {
+    pub fn new(
+        executors: Vec<(ExecutorIdentity, Arc<ExecutorStats>)>,
+        aggregator: Arc<AggregatorStats>,
+        reports: watch::Receiver<Arc<HealthReport>>,
+    ) -> Self {
+        Self {
+            executors,
+            aggregator,
+            reports,
+        }
+    }
+
+    /// Every metric family, as of now.
+    pub fn gather(&self) -> Vec<MetricFamily> {
+        let report = self.reports.borrow().clone();
+        let now = Utc::now();
+        let mut families = Vec::new();
+
+        // From the report: every live executor row, of every host.
+        let rows: Vec<_> = report
+            .executor
+            .iter()
+            .flat_map(|e| e.instances.iter())
+            .collect();
+        let row_labels = |i: &overseer_core::report::ExecutorInstance| {
+            vec![
+                ("executor", i.executor.clone().unwrap_or_default()),
+                ("instance", i.instance.clone().unwrap_or_default()),
+                ("hostname", i.hostname.clone().unwrap_or_default()),
+            ]
+        };
+        families.push(family(
+            "overseer_executor_health",
+            "The executor's verdict: 1 healthy, 0 unhealthy, -1 unknown.",
+            MetricType::GAUGE,
+            rows.iter()
+                .map(|i| {
+                    let value = match i.health {
+                        ExecutorHealth::Healthy => 1.0,
+                        ExecutorHealth::Unhealthy { .. } => 0.0,
+                        ExecutorHealth::Unknown => -1.0,
+                    };
+                    gauge(row_labels(i), value)
+                })
+                .collect(),
+        ));
+        families.push(family(
+            "overseer_executor_seconds_since_check",
+            "Seconds since the executor's verdict was made.",
+            MetricType::GAUGE,
+            rows.iter()
+                .filter_map(|i| {
+                    let checked = i.checked_at?;
+                    Some(gauge(
+                        row_labels(i),
+                        (now - checked).as_seconds_f64().max(0.0),
+                    ))
+                })
+                .collect(),
+        ));
+        let components = [
+            ("metadatabase", Some(report.metadatabase)),
+            ("scheduler", report.scheduler.status),
+            ("triggerer", report.triggerer.status),
+            ("dag_processor", report.dag_processor.status),
+            ("executor", report.executor.as_ref().map(|e| e.status)),
+        ];
+        families.push(family(
+            "overseer_component_healthy",
+            "1 when the component's status is healthy, 0 when unhealthy; absent when null.",
+            MetricType::GAUGE,
+            components
+                .into_iter()
+                .filter_map(|(name, status)| {
+                    status.map(|s| {
+                        gauge(
+                            vec![("component", name.to_owned())],
+                            f64::from(s == Status::Healthy),
+                        )
+                    })
+                })
+                .collect(),
+        ));
+        families.push(family(
+            "overseer_report_age_seconds",
+            "Seconds since the published report was built.",
+            MetricType::GAUGE,
+            vec![gauge(
+                vec![],
+                (now - report.generated_at).as_seconds_f64().max(0.0),
+            )],
+        ));
+
+        // From this process's actors.
+        let local = |identity: &ExecutorIdentity| {
+            vec![
+                ("executor", identity.executor_class.clone()),
+                ("instance", identity.instance.clone().unwrap_or_default()),
+            ]
+        };
+        let counters: [(&str, &str, CounterField); 6] = [
+            ("overseer_polls_total", "Health checks asked for.", |s| {
+                &s.polls
+            }),
+            (
+                "overseer_polls_skipped_total",
+                "Ticks that asked nothing because the last poll was unanswered.",
+                |s| &s.skipped,
+            ),
+            (
+                "overseer_poll_timeouts_total",
+                "Polls not answered within poll_timeout.",
+                |s| &s.timeouts,
+            ),
+            (
+                "overseer_late_replies_total",
+                "Answers that came after their poll timed out.",
+                |s| &s.late_replies,
+            ),
+            (
+                "overseer_check_panics_total",
+                "Health checks that panicked.",
+                |s| &s.panics,
+            ),
+            (
+                "overseer_executor_restarts_total",
+                "Executor actors restarted.",
+                |s| &s.restarts,
+            ),
+        ];
+        for (name, help, field) in counters {
+            families.push(family(
+                name,
+                help,
+                MetricType::COUNTER,
+                self.executors
+                    .iter()
+                    .map(|(identity, stats)| {
+                        counter(local(identity), field(stats).load(Ordering::Relaxed))
+                    })
+                    .collect(),
+            ));
+        }
+        families.push(family(
+            "overseer_checks_running",
+            "Health checks running now (at most one per executor).",
+            MetricType::GAUGE,
+            self.executors
+                .iter()
+                .map(|(identity, stats)| {
+                    gauge(
+                        local(identity),
+                        stats.checks_running.load(Ordering::Relaxed) as f64,
+                    )
+                })
+                .collect(),
+        ));
+        families.push(family(
+            "overseer_poll_duration_seconds",
+            "How long answered polls took.",
+            MetricType::HISTOGRAM,
+            self.executors
+                .iter()
+                .map(|(identity, stats)| histogram(local(identity), stats))
+                .collect(),
+        ));
+
+        let aggregator = &self.aggregator;
+        for (name, help, value) in [
+            (
+                "overseer_db_flushes_total",
+                "Verdict and heartbeat writes that committed.",
+                &aggregator.flushes,
+            ),
+            (
+                "overseer_db_flush_failures_total",
+                "Verdict and heartbeat writes that failed (kept and retried).",
+                &aggregator.flush_failures,
+            ),
+            (
+                "overseer_db_read_failures_total",
+                "Reads of the Jobs table that failed (metadatabase unhealthy).",
+                &aggregator.refresh_failures,
+            ),
+        ] {
+            families.push(family(
+                name,
+                help,
+                MetricType::COUNTER,
+                vec![counter(vec![], value.load(Ordering::Relaxed))],
+            ));
+        }
+        families
+    }
+}
+
+fn labels(pairs: Vec<(&str, String)>) -> Vec<proto::LabelPair> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| {
+            let mut label = proto::LabelPair::default();
+            label.set_name(name.to_owned());
+            // Belt and braces: a label value never carries a credential.
+            label.set_value(scrub(&value));
+            label
+        })
+        .collect()
+}
+
+fn gauge(pairs: Vec<(&str, String)>, value: f64) -> proto::Metric {
+    let mut gauge = proto::Gauge::default();
+    gauge.set_value(value);
+    let mut metric = proto::Metric::default();
+    metric.set_label(labels(pairs));
+    metric.set_gauge(gauge);
+    metric
+}
+
+fn counter(pairs: Vec<(&str, String)>, value: u64) -> proto::Metric {
+    let mut counter = proto::Counter::default();
+    counter.set_value(value as f64);
+    let mut metric = proto::Metric::default();
+    metric.set_label(labels(pairs));
+    metric.set_counter(counter);
+    metric
+}
+
+fn histogram(pairs: Vec<(&str, String)>, stats: &ExecutorStats) -> proto::Metric {
+    let mut histogram = proto::Histogram::default();
+    histogram.set_sample_count(stats.poll_count.load(Ordering::Relaxed));
+    histogram.set_sample_sum(stats.poll_sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+    histogram.set_bucket(
+        stats
+            .poll_buckets
+            .iter()
+            .zip(POLL_BUCKETS_SECONDS)
+            .map(|(count, bound)| {
+                let mut bucket = proto::Bucket::default();
+                bucket.set_upper_bound(bound);
+                bucket.set_cumulative_count(count.load(Ordering::Relaxed));
+                bucket
+            })
+            .collect(),
+    );
+    let mut metric = proto::Metric::default();
+    metric.set_label(labels(pairs));
+    metric.set_histogram(histogram);
+    metric
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_owned());
+    family.set_help(help.to_owned());
+    family.set_field_type(kind);
+    family.set_metric(metrics);
+    family
+}
+
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    tag = "monitor",
+    path = "/metrics",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String))
+)]
+pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    let families: Vec<MetricFamily> = state
+        .metrics
+        .gather()
+        .into_iter()
+        .filter(|f| !f.get_metric().is_empty())
+        .collect();
+    if let Err(e) = encoder.encode(&families, &mut body) {
+        tracing::error!(error = %e, "cannot encode metrics");
+        return HttpResponse::InternalServerError().finish();
+    }
+    HttpResponse::Ok()
+        .content_type(encoder.format_type())
+        .body(body)
+}
