@@ -39,6 +39,42 @@ pub enum Command {
     },
     /// Print the effective configuration as TOML, credentials redacted.
     Config,
+    /// Print a running service's report; exit 1 if anything is unhealthy or it cannot be reached.
+    Health {
+        /// The service's base URL (default: http:// and the configured api.bind).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Print the JSON as the service gives it, instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect the Jobs table directly, as `airflow jobs` does.
+    Jobs {
+        #[command(subcommand)]
+        action: JobsAction,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum JobsAction {
+    /// Check that alive jobs exist, with `airflow jobs check`'s semantics and exit codes.
+    Check {
+        /// Only jobs of this type: SchedulerJob, TriggererJob, DagProcessorJob, ExecutorJob, ...
+        #[arg(long, value_name = "TYPE")]
+        job_type: Option<String>,
+        /// Only jobs of this host.
+        #[arg(long, value_name = "HOSTNAME")]
+        hostname: Option<String>,
+        /// How many of the most recent running jobs to look at (0 for all).
+        #[arg(long, default_value_t = 1)]
+        limit: u64,
+        /// Accept more than one alive job (needs --limit above 1).
+        #[arg(long)]
+        allow_multiple: bool,
+        /// Only jobs of this host (supervisor.hostname).
+        #[arg(long)]
+        local: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]

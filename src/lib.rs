@@ -10,12 +10,14 @@
 //! - [`secret`]: URLs whose passwords never show (from `overseer-core`).
 //! - [`db`]: opening the metadata database, with errors that name no secret.
 //! - [`logging`]: tracing to stderr, plain or JSON.
+//! - [`probe`]: `overseer health` and `overseer jobs check`.
 //! - [`serve`]: the running service, until SIGTERM or Ctrl-C.
 
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod logging;
+pub mod probe;
 pub mod serve;
 
 pub use overseer_core::secret;

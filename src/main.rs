@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use overseer::cli::{Cli, Command, MigrateAction};
+use overseer::cli::{Cli, Command, JobsAction, MigrateAction};
 use overseer::config::{self, Config, Overrides};
+use overseer::probe::{self, Verdict};
 use overseer::secret::scrub;
 use overseer::{db, logging, serve};
 use overseer_migration::{Migrator, MigratorTrait};
@@ -44,7 +45,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command, config)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Verdict::Healthy) => ExitCode::SUCCESS,
+        Ok(Verdict::Unhealthy) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {}", scrub(&format!("{e:#}")));
             ExitCode::FAILURE
@@ -52,15 +54,54 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+/// Runs a command; `Unhealthy` makes the exit code 1 without an error message.
+async fn run(command: Command, config: Config) -> anyhow::Result<Verdict> {
     match command {
-        Command::Serve { .. } => serve::run(config, serve::shutdown_signal()).await,
+        Command::Serve { .. } => serve::run(config, serve::shutdown_signal())
+            .await
+            .map(|()| Verdict::Healthy),
         Command::Config => {
             let text = toml::to_string(&config).context("while printing the configuration")?;
             print!("{text}");
-            Ok(())
+            Ok(Verdict::Healthy)
         }
-        Command::Migrate { action } => migrate(action.unwrap_or(MigrateAction::Up), &config).await,
+        Command::Migrate { action } => migrate(action.unwrap_or(MigrateAction::Up), &config)
+            .await
+            .map(|()| Verdict::Healthy),
+        Command::Health { url, json } => {
+            let url = url.unwrap_or_else(|| probe::default_url(&config));
+            tokio::task::spawn_blocking(move || probe::health(&url, json)).await?
+        }
+        Command::Jobs {
+            action:
+                JobsAction::Check {
+                    job_type,
+                    hostname,
+                    limit,
+                    allow_multiple,
+                    local,
+                },
+        } => {
+            let outcome = probe::jobs_check(
+                &config,
+                job_type.as_deref(),
+                hostname.as_deref(),
+                limit,
+                allow_multiple,
+                local,
+            )
+            .await?;
+            Ok(match outcome {
+                Ok(message) => {
+                    println!("{message}");
+                    Verdict::Healthy
+                }
+                Err(message) => {
+                    eprintln!("{message}");
+                    Verdict::Unhealthy
+                }
+            })
+        }
     }
 }
 

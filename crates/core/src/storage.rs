@@ -401,3 +401,26 @@ pub async fn check_schema(db: &impl ConnectionTrait) -> Result<()> {
         ))
     })
 }
+
+/// Running jobs, most recent heartbeat first, as `airflow jobs check` reads them:
+/// of one type and one host when given, at most `limit` of them (0: no limit).
+pub async fn running_jobs(
+    db: &impl ConnectionTrait,
+    job_type: Option<&str>,
+    hostname: Option<&str>,
+    limit: u64,
+) -> Result<Vec<job::Model>> {
+    let mut query = Job::find()
+        .filter(Column::State.eq(JobState::Running.as_str()))
+        .order_by(Column::LatestHeartbeat, Order::Desc);
+    if let Some(job_type) = job_type {
+        query = query.filter(Column::JobType.eq(job_type));
+    }
+    if let Some(hostname) = hostname {
+        query = query.filter(Column::Hostname.eq(hostname));
+    }
+    if limit > 0 {
+        query = query.limit(limit);
+    }
+    Ok(query.all(db).await?)
+}

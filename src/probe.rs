@@ -1,0 +1,190 @@
+//! `overseer health` and `overseer jobs check`: answers for probes and people.
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use chrono::Utc;
+use overseer_core::report::{Thresholds, is_alive};
+use overseer_core::storage;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::db;
+
+/// How long `overseer health` waits for the service: it answers from memory, so
+/// anything slower means it is in trouble.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a probe concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing is unhealthy.
+    Healthy,
+    /// Something is unhealthy, or the service could not be asked.
+    Unhealthy,
+}
+
+/// The base URL `overseer health` asks by default: the configured bind address,
+/// on loopback when it binds every interface.
+pub fn default_url(config: &Config) -> String {
+    let mut bind = config.api.bind;
+    if bind.ip().is_unspecified() {
+        bind.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{bind}")
+}
+
+/// `overseer health`: prints the report (a table, or the JSON) and says whether
+/// anything is unhealthy.
+pub fn health(url: &str, json: bool) -> anyhow::Result<Verdict> {
+    let endpoint = format!("{}/api/v2/monitor/health", url.trim_end_matches('/'));
+    let body = match ureq::get(&endpoint).timeout(HEALTH_TIMEOUT).call() {
+        Ok(response) => response.into_string(),
+        Err(ureq::Error::Status(503, response)) => response.into_string(),
+        Err(ureq::Error::Status(status, _)) => {
+            return Err(anyhow!("{endpoint} answered HTTP {status}"));
+        }
+        Err(e) => return Err(anyhow!("cannot reach {endpoint}: {e}")),
+    }
+    .with_context(|| format!("while reading {endpoint}"))?;
+    let report: Value =
+        serde_json::from_str(&body).with_context(|| format!("{endpoint} did not answer JSON"))?;
+
+    if json {
+        println!("{body}");
+    } else {
+        print!("{}", table(&report));
+    }
+    let components = [
+        "metadatabase",
+        "scheduler",
+        "triggerer",
+        "dag_processor",
+        "executor",
+    ];
+    let unhealthy = components
+        .iter()
+        .any(|c| report[c]["status"] == "unhealthy");
+    Ok(if unhealthy {
+        Verdict::Unhealthy
+    } else {
+        Verdict::Healthy
+    })
+}
+
+/// The report as a table for people.
+fn table(report: &Value) -> String {
+    let text = |v: &Value| v.as_str().map_or_else(|| "-".to_owned(), str::to_owned);
+    let mut out = format!(
+        "{:<14} {:<10} {:<9} {}\n",
+        "COMPONENT", "STATUS", "DETAIL", "LATEST HEARTBEAT"
+    );
+    out += &format!(
+        "{:<14} {:<10}\n",
+        "metadatabase",
+        text(&report["metadatabase"]["status"])
+    );
+    for (name, heartbeat) in [
+        ("scheduler", "latest_scheduler_heartbeat"),
+        ("triggerer", "latest_triggerer_heartbeat"),
+        ("dag_processor", "latest_dag_processor_heartbeat"),
+        ("executor", "latest_executor_heartbeat"),
+    ] {
+        let entry = &report[name];
+        if entry.is_null() {
+            continue;
+        }
+        out += &format!(
+            "{:<14} {:<10} {:<9} {}\n",
+            name,
+            text(&entry["status"]),
+            text(&entry["detailed_status"]),
+            text(&entry[heartbeat])
+        );
+        for instance in entry["instances"].as_array().into_iter().flatten() {
+            if name == "executor" {
+                out += &format!(
+                    "  {} {} on {}: {}{}\n",
+                    text(&instance["executor"]),
+                    text(&instance["instance"]),
+                    text(&instance["hostname"]),
+                    text(&instance["health"]),
+                    instance["reason"]
+                        .as_str()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                );
+            } else {
+                out += &format!(
+                    "  {} at {}\n",
+                    text(&instance["hostname"]),
+                    text(&instance[heartbeat])
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `overseer jobs check`, as `airflow jobs check`: the message it prints and
+/// whether the check passed (Airflow exits 1 when it does not).
+pub async fn jobs_check(
+    config: &Config,
+    job_type: Option<&str>,
+    hostname: Option<&str>,
+    limit: u64,
+    allow_multiple: bool,
+    local: bool,
+) -> anyhow::Result<Result<String, String>> {
+    if allow_multiple && limit <= 1 {
+        return Ok(Err(
+            "To use option --allow-multiple, you must set the limit to a value greater than 1."
+                .into(),
+        ));
+    }
+    if hostname.is_some() && local {
+        return Ok(Err(
+            "You can't use --hostname and --local at the same time".into()
+        ));
+    }
+    let hostname = if local {
+        Some(config.supervisor.hostname.as_str())
+    } else {
+        hostname
+    };
+
+    let db = db::connect(&config.database.url).await?;
+    let jobs = storage::running_jobs(&db, job_type, hostname, limit)
+        .await
+        .map_err(|e| anyhow!(config.database.url.scrub_from(&e.to_string())))?;
+    db.close().await.ok();
+
+    let thresholds = Thresholds {
+        scheduler: config.thresholds.scheduler,
+        triggerer: config.thresholds.triggerer,
+        dag_processor: config.thresholds.dag_processor,
+        executor: config
+            .supervisor
+            .heartbeat_interval
+            .mul_f64(Thresholds::GRACE_MULTIPLIER),
+    };
+    let now = Utc::now();
+    let alive = jobs
+        .iter()
+        .filter(|job| {
+            let threshold = match job.job_type() {
+                Ok(Some(job_type)) => thresholds.of(job_type),
+                // Other job types (LocalTaskJob, ...): Airflow's default heart rate
+                // (5 s) times its grace multiplier.
+                _ => Duration::from_secs(5).mul_f64(Thresholds::GRACE_MULTIPLIER),
+            };
+            is_alive(job, threshold, now)
+        })
+        .count();
+    Ok(match alive {
+        0 => Err("No alive jobs found.".into()),
+        1 => Ok("Found one alive job.".into()),
+        n if allow_multiple => Ok(format!("Found {n} alive jobs.")),
+        n => Err(format!("Found {n} alive jobs. Expected only one.")),
+    })
+}

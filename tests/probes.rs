@@ -1,0 +1,167 @@
+//! `overseer health` and `overseer jobs check`, as probes and people use them.
+
+mod support;
+
+use chrono::Utc;
+use overseer_testkit::TestDb;
+use support::{Run, Serving, overseer, run, workdir};
+
+async fn migrated_sqlite() -> TestDb {
+    use overseer_migration::{Migrator, MigratorTrait};
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    db
+}
+
+/// A running scheduler row on `host` whose heartbeat is `age` seconds old, in
+/// the naive UTC text Airflow stores in SQLite.
+async fn scheduler(db: &TestDb, host: &str, age: i64) {
+    let at = (Utc::now() - chrono::Duration::seconds(age)).format("%Y-%m-%d %H:%M:%S%.6f");
+    db.execute_script(&format!(
+        "INSERT INTO job (state, job_type, start_date, latest_heartbeat, hostname, unixname) \
+         VALUES ('running', 'SchedulerJob', '{at}', '{at}', '{host}', 'airflow')"
+    ))
+    .await;
+}
+
+fn jobs_check(db: &TestDb, args: &[&str]) -> Run {
+    let dir = workdir();
+    run(overseer(dir.path())
+        .env("OVERSEER_DATABASE__URL", &db.url)
+        .env("OVERSEER_SUPERVISOR__HOSTNAME", "sched-1")
+        .args(["jobs", "check"])
+        .args(args))
+}
+
+#[tokio::test]
+async fn jobs_check_has_airflows_semantics_and_exit_codes() {
+    let db = migrated_sqlite().await;
+    scheduler(&db, "sched-1", 1).await;
+    scheduler(&db, "sched-2", 2).await;
+    scheduler(&db, "sched-3", 600).await;
+
+    for (args, code, stdout, stderr) in [
+        (
+            &["--job-type", "SchedulerJob"][..],
+            0,
+            "Found one alive job.\n",
+            "",
+        ),
+        (
+            &["--job-type", "SchedulerJob", "--limit", "3"],
+            1,
+            "",
+            "Found 2 alive jobs. Expected only one.\n",
+        ),
+        (
+            &[
+                "--job-type",
+                "SchedulerJob",
+                "--limit",
+                "3",
+                "--allow-multiple",
+            ],
+            0,
+            "Found 2 alive jobs.\n",
+            "",
+        ),
+        // As in Airflow, 0 means no limit, which --allow-multiple does not accept.
+        (
+            &["--job-type", "SchedulerJob", "--limit", "0"],
+            1,
+            "",
+            "Found 2 alive jobs. Expected only one.\n",
+        ),
+        (
+            &["--job-type", "SchedulerJob", "--allow-multiple"],
+            1,
+            "",
+            "To use option --allow-multiple, you must set the limit to a value greater than 1.\n",
+        ),
+        (&["--hostname", "sched-3"], 1, "", "No alive jobs found.\n"),
+        (&["--hostname", "sched-2"], 0, "Found one alive job.\n", ""),
+        (&["--local"], 0, "Found one alive job.\n", ""),
+        (
+            &["--hostname", "x", "--local"],
+            1,
+            "",
+            "You can't use --hostname and --local at the same time\n",
+        ),
+        (
+            &["--job-type", "TriggererJob"],
+            1,
+            "",
+            "No alive jobs found.\n",
+        ),
+    ] {
+        let out = jobs_check(&db, args);
+        assert_eq!(out.code, Some(code), "{args:?}: {}", out.stderr);
+        assert_eq!(out.stdout, stdout, "{args:?}");
+        assert!(out.stderr.ends_with(stderr), "{args:?}: {:?}", out.stderr);
+    }
+}
+
+#[tokio::test]
+async fn health_prints_the_report_and_exits_1_while_anything_is_unhealthy() {
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\npoll_interval = \"200ms\"\npoll_timeout = \"100ms\"\n\n[[executors]]\nname = \"LocalExecutor\"\n",
+    )
+    .unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    let base = serving.url("");
+    let health = |extra: &[&str]| {
+        run(overseer(dir.path())
+            .args(["health", "--url", &base])
+            .args(extra))
+    };
+
+    // No scheduler has ever run: Airflow calls that unhealthy.
+    let out = health(&[]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .starts_with("COMPONENT      STATUS     DETAIL    LATEST HEARTBEAT\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("\nscheduler      unhealthy  down      -\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("  LocalExecutor - on "),
+        "{}",
+        out.stdout
+    );
+
+    // A scheduler heartbeats: everything is fine.
+    scheduler(&db, "sched-1", 0).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let out = loop {
+        let out = health(&["--json"]);
+        if out.code == Some(0) || std::time::Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["scheduler"]["status"], "healthy");
+
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+
+    let out = health(&[]);
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr
+            .starts_with(&format!("error: cannot reach {base}/api/v2/monitor/health")),
+        "{}",
+        out.stderr
+    );
+}
