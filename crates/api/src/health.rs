@@ -12,10 +12,13 @@ use crate::{ApiState, KEEP_ALIVE};
 
 /// The query `GET /api/v2/monitor/health` takes.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct HealthQuery {
     /// With `true`, answer 503 when any component is unhealthy (for load
     /// balancers and probes). Airflow itself always answers 200.
-    pub strict: Option<bool>,
+    #[serde(default)]
+    #[param(required = false)]
+    pub strict: bool,
 }
 
 /// The health of Airflow's components and of every supervised executor.
@@ -32,7 +35,7 @@ pub struct HealthQuery {
 )]
 pub async fn health(state: Data<ApiState>, query: Query<HealthQuery>) -> HttpResponse {
     let report = state.reports.borrow().clone();
-    let status = if query.strict == Some(true) && report.any_unhealthy() {
+    let status = if query.strict && report.any_unhealthy() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

@@ -56,26 +56,30 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/api/v2/monitor/health")
                 .route(web::get().to(health::health))
+                .route(web::head().to(health::health))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(
             web::resource("/api/v2/monitor/health/stream")
                 .route(web::get().to(health::stream))
-                .default_service(web::to(errors::method_not_allowed)),
+                .default_service(web::to(errors::stream_method_not_allowed)),
         )
         .service(
             web::resource("/metrics")
                 .route(web::get().to(metrics::metrics))
+                .route(web::head().to(metrics::metrics))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(
             web::resource("/openapi.json")
                 .route(web::get().to(schema::openapi))
+                .route(web::head().to(schema::openapi))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(
             web::resource("/")
                 .route(web::get().to(dashboard::page))
+                .route(web::head().to(dashboard::page))
                 .default_service(web::to(errors::method_not_allowed)),
         );
 }
