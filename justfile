@@ -14,9 +14,11 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Run the benchmarks (optimised build) and print their figures.
+# Run the benchmarks (optimised build, installs wrk if missing) and print their figures.
 bench:
+    command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cargo bench --bench supervision
+    cargo bench --bench http
 
 # Everything CI runs, services included: the same script CI uses.
 ci:

@@ -12,6 +12,7 @@
 //! - [`schema`]: the response types and the generated OpenAPI document.
 //! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
 //! - [`dashboard`]: `GET /`, a self-contained page for people.
+//! - `GET /api/v2/version` ([`schema::version`]): a static answer, in Airflow's shape.
 //! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
 
 pub mod dashboard;
@@ -74,6 +75,12 @@ pub fn routes(config: &mut web::ServiceConfig) {
             web::resource("/openapi.json")
                 .route(web::get().to(schema::openapi))
                 .route(web::head().to(schema::openapi))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/v2/version")
+                .route(web::get().to(schema::version))
+                .route(web::head().to(schema::version))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(

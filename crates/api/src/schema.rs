@@ -136,6 +136,37 @@ pub struct HealthResponse {
     pub executor: Option<ExecutorHealth>,
 }
 
+/// `GET /api/v2/version`, in the shape of Airflow's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VersionInfo {
+    /// Overseer's version.
+    pub version: String,
+    /// The commit it was built from, when known.
+    pub git_version: Option<String>,
+}
+
+/// The version body, rendered once.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    serde_json::to_string(&VersionInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        git_version: None,
+    })
+    .expect("the version serializes")
+});
+
+/// Overseer's version: a static answer, also the ceiling the health endpoint's
+/// throughput is measured against.
+#[utoipa::path(
+    get,
+    tag = "monitor",
+    path = "/api/v2/version",
+    responses((status = 200, description = "Overseer's version", body = VersionInfo))
+)]
+pub async fn version() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(VERSION.as_str())
+}
+
 /// The OpenAPI document.
 #[derive(OpenApi)]
 #[openapi(
@@ -143,7 +174,7 @@ pub struct HealthResponse {
         title = "Overseer",
         description = "Executor health for Apache Airflow: Airflow's /api/v2/monitor/health, with executors."
     ),
-    paths(crate::health::health, crate::health::stream, crate::metrics::metrics),
+    paths(crate::health::health, crate::health::stream, crate::metrics::metrics, version),
     components(schemas(HealthResponse, crate::errors::ErrorBody))
 )]
 pub struct ApiDoc;
