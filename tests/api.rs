@@ -401,6 +401,21 @@ async fn openapi_describes_the_routes_and_errors_are_json() {
         "{body}"
     );
 
+    // A request with 256 KiB of headers is refused, and the service keeps serving.
+    let mut stream = std::net::TcpStream::connect(&serving.address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let huge = "x".repeat(256 * 1024);
+    let _ = write!(
+        stream,
+        "GET /api/v2/monitor/health HTTP/1.1\r\nHost: x\r\nX-Huge: {huge}\r\n\r\n"
+    );
+    let mut answer = String::new();
+    let _ = BufReader::new(stream).read_line(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert_eq!(get(&serving.url("/api/v2/monitor/health")).0, 200);
+
     let (status, page) = get(&serving.url("/"));
     assert_eq!(status, 200);
     for card in [
