@@ -15,13 +15,22 @@ use std::time::Duration;
 const CONNECTIONS: u32 = 64;
 
 fn seconds() -> u64 {
-    std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10)
+    std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10)
 }
 
 /// (requests per second, p99 latency) from wrk's `--latency` output.
 fn wrk(url: &str) -> (f64, String) {
     let out = Command::new("wrk")
-        .args(["-t2", &format!("-c{CONNECTIONS}"), &format!("-d{}s", seconds()), "--latency", url])
+        .args([
+            "-t2",
+            &format!("-c{CONNECTIONS}"),
+            &format!("-d{}s", seconds()),
+            "--latency",
+            url,
+        ])
         .output()
         .expect("wrk runs (apt-get install wrk)");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -35,7 +44,9 @@ fn wrk(url: &str) -> (f64, String) {
         .find_map(|l| l.trim().strip_prefix("99%"))
         .map(|v| v.trim().to_owned())
         .unwrap_or_default();
-    let errors = text.lines().find(|l| l.contains("Non-2xx") || l.contains("Socket errors"));
+    let errors = text
+        .lines()
+        .find(|l| l.contains("Non-2xx") || l.contains("Socket errors"));
     if let Some(errors) = errors {
         println!("  ({url}: {})", errors.trim());
     }
@@ -59,7 +70,10 @@ fn main() {
         .current_dir(dir.path())
         .env("OVERSEER_DATABASE__URL", &url)
         .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
-        .env("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "3600")
+        .env(
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD",
+            "3600",
+        )
         .env("RUST_LOG", "warn,overseer::serve=info")
         .stderr(Stdio::piped())
         .spawn()
@@ -86,15 +100,23 @@ fn main() {
     });
     std::thread::sleep(Duration::from_secs(2));
 
-    println!("HTTP benchmark: wrk -t2 -c{CONNECTIONS} -d{}s, release build, 2 cores shared with wrk\n", seconds());
+    println!(
+        "HTTP benchmark: wrk -t2 -c{CONNECTIONS} -d{}s, release build, 2 cores shared with wrk\n",
+        seconds()
+    );
     println!("| route | requests/s | p99 latency |");
     println!("| --- | --- | --- |");
     let (static_rps, static_p99) = wrk(&format!("http://{address}/api/v2/version"));
     println!("| GET /api/v2/version (static) | {static_rps:.0} | {static_p99} |");
     let (health_rps, health_p99) = wrk(&format!("http://{address}/api/v2/monitor/health"));
     println!("| GET /api/v2/monitor/health | {health_rps:.0} | {health_p99} |");
-    println!("\nhealth / static throughput: {:.0}%", 100.0 * health_rps / static_rps);
+    println!(
+        "\nhealth / static throughput: {:.0}%",
+        100.0 * health_rps / static_rps
+    );
 
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     let _ = child.wait();
 }

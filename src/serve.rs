@@ -14,7 +14,6 @@ use tokio::sync::watch;
 use crate::config::executor::ExecutorKind;
 use crate::config::{Config, ExecutorConfig};
 use crate::db;
-use crate::secret::without_credentials;
 
 /// Opens the database, brings the schema up to date, supervises the configured
 /// executors, and runs until `shutdown` completes (SIGTERM or Ctrl-C, see
@@ -38,7 +37,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let overseer = Overseer::builder()
         .database(url.expose())
         .settings(settings(&config))
-        .executors(config.executors.iter().map(executor))
+        .executors(
+            config
+                .executors
+                .iter()
+                .map(|e| executor(e, config.supervisor.poll_timeout))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        )
         .start()
         .await
         .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
@@ -103,16 +108,21 @@ fn executor_threshold(heartbeat_interval: Duration) -> Duration {
     heartbeat_interval.mul_f64(Thresholds::GRACE_MULTIPLIER)
 }
 
-/// One configured executor, with the check its kind gets. Celery's broker is its
-/// instance, without credentials; its check comes with the Celery crate, and
-/// until then it reports `unknown`, as every executor without a check does.
-pub fn executor(config: &ExecutorConfig) -> Executor {
-    let executor = Executor::unchecked(config.name.clone());
+/// One configured executor, with the check its kind gets: Celery's checks its
+/// broker (the broker, without credentials, is its instance); any other
+/// executor has no check yet and reports `unknown`.
+pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
     match (config.parsed_name().kind(), &config.broker_url) {
-        (ExecutorKind::Celery, Some(broker)) => {
-            executor.with_instance(without_credentials(broker.expose()))
-        }
-        _ => executor,
+        (ExecutorKind::Celery, Some(broker)) => overseer_celery::executor(
+            &config.name,
+            broker,
+            &config.queues,
+            config.worker_ping,
+            config.min_workers,
+            poll_timeout,
+        )
+        .with_context(|| format!("executor {}: broker_url", config.name)),
+        _ => Ok(Executor::unchecked(config.name.clone())),
     }
 }
 

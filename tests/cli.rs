@@ -90,6 +90,8 @@ fn serve_on_the_default_sqlite_migrates_and_stops_cleanly_on_sigterm() {
 }
 
 async fn serve_supervises_the_configured_executors(db: TestDb) {
+    // A loopback port where nothing listens: the broker's check is refused at once.
+    let closed = overseer_testkit::throwaway::free_port();
     let dir = workdir();
     std::fs::write(
         dir.path().join("overseer.toml"),
@@ -112,7 +114,7 @@ name = "LocalExecutor"
             .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor,CeleryExecutor")
             .env(
                 "AIRFLOW__CELERY__BROKER_URL",
-                "redis://:hunter2@broker:6379/0",
+                format!("redis://:hunter2@127.0.0.1:{closed}/0"),
             ),
     );
     let open = db
@@ -124,8 +126,8 @@ name = "LocalExecutor"
     assert_eq!(
         open,
         [
-            "LocalExecutor - running sched-7",
-            "CeleryExecutor redis://broker:6379/0 running sched-7"
+            "LocalExecutor - running sched-7".to_owned(),
+            format!("CeleryExecutor redis://127.0.0.1:{closed}/0 running sched-7")
         ],
         "{:?}",
         db.backend

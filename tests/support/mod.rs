@@ -124,7 +124,10 @@ impl Serving {
         assert!(status.success());
         let exit = self.child.wait().unwrap();
         let mut seen = std::mem::take(&mut self.seen);
-        seen.extend(self.lines.try_iter());
+        // The reader ends at the child's end of output; take every line up to it.
+        while let Ok(line) = self.lines.recv_timeout(START_DEADLINE) {
+            seen.push(line);
+        }
         (exit.code(), seen)
     }
 }

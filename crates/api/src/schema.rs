@@ -164,7 +164,9 @@ static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     responses((status = 200, description = "Overseer's version", body = VersionInfo))
 )]
 pub async fn version() -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(VERSION.as_str())
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(VERSION.as_str())
 }
 
 /// The OpenAPI document.
@@ -174,7 +176,12 @@ pub async fn version() -> HttpResponse {
         title = "Overseer",
         description = "Executor health for Apache Airflow: Airflow's /api/v2/monitor/health, with executors."
     ),
-    paths(crate::health::health, crate::health::stream, crate::metrics::metrics, version),
+    paths(
+        crate::health::health,
+        crate::health::stream,
+        crate::metrics::metrics,
+        version
+    ),
     components(schemas(HealthResponse, crate::errors::ErrorBody))
 )]
 pub struct ApiDoc;

@@ -1,0 +1,302 @@
+//! The RabbitMQ broker check: connection and channel open, and a passive
+//! `queue.declare` of each configured queue (ready messages, consumers).
+//!
+//! One connection per broker is kept across polls and reopened when it breaks. A
+//! connection attempt runs as a task of its own: when it outlives the deadline (a
+//! broker that accepts and never speaks) the poll reports the timeout and the next
+//! polls wait on *that* attempt instead of starting another, so a silent broker holds
+//! at most one attempt (lapin gives each attempt an I/O thread) however long it lasts.
+//!
+//! A configured queue that does not exist is not a broker failure: Celery declares
+//! a queue when it first sends to it or a worker first consumes it. Its depth is
+//! reported as unknown with a note saying so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::QueueDeclareOptions;
+use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+use lapin::types::FieldTable;
+use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
+use lapin::{Connection, ConnectionProperties, ErrorKind};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout_at};
+
+use crate::check::{describe_duration, scrub_password};
+use crate::detail::QueueDepth;
+use crate::ping::{self, Pidbox};
+use crate::url::AmqpBroker;
+
+/// The name RabbitMQ's management UI shows for our connection.
+const CONNECTION_NAME: &str = "overseer health check";
+
+/// Why a probe failed: the reason, already in plain words.
+type Reason = String;
+
+/// The pooled connection, and the attempt that may be under way.
+#[derive(Default)]
+struct State {
+    /// The open connection, reused while it stays connected.
+    conn: Option<Arc<Connection>>,
+    /// A connection attempt that outlived an earlier poll's deadline.
+    pending: Option<JoinHandle<lapin::Result<Connection>>>,
+}
+
+/// One RabbitMQ broker's check, with its pooled connection.
+pub(crate) struct AmqpCheck {
+    uri: AMQPUri,
+    /// The broker's identity, for reasons.
+    identity: String,
+    /// The virtual host, for the reason when it is refused.
+    vhost: String,
+    /// Masked out of any driver message before it is shown.
+    password: String,
+    /// A mutex because a probe replaces the connection as a whole; the supervisor's
+    /// in-flight guard means it is never contended in practice.
+    state: Mutex<State>,
+}
+
+/// A passive declare's outcome for one queue.
+enum Declared {
+    Found(QueueDepth),
+    Missing(QueueDepth),
+}
+
+impl AmqpCheck {
+    pub(crate) fn new(broker: &AmqpBroker, identity: &str) -> Self {
+        let uri = AMQPUri {
+            scheme: AMQPScheme::AMQP,
+            authority: AMQPAuthority {
+                userinfo: AMQPUserInfo {
+                    username: broker.username.clone(),
+                    password: broker.password.expose().to_owned(),
+                },
+                host: broker.host.clone(),
+                port: broker.port,
+            },
+            vhost: broker.vhost.clone(),
+            query: AMQPQueryString::default(),
+        };
+        Self {
+            uri,
+            identity: identity.to_owned(),
+            vhost: broker.vhost.clone(),
+            password: broker.password.expose().to_owned(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Opens (or reuses) the connection and a channel, and declares each queue
+    /// passively, all before `deadline` (`budget` is the same bound, for reasons).
+    pub(crate) async fn probe(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut state = self.state.lock().await;
+        let reused = state.conn.as_ref().is_some_and(|c| c.status().connected());
+        let conn = self.connection(&mut state, deadline, budget).await?;
+        let result = self.declare_all(&conn, queues, deadline, budget).await;
+        if result.is_err() && !conn.status().connected() {
+            state.conn = None;
+            if reused {
+                // The pooled connection broke since the last poll (a restarted broker):
+                // the verdict is about the broker now, so try once more on a fresh one.
+                let conn = self.connection(&mut state, deadline, budget).await?;
+                return self.declare_all(&conn, queues, deadline, budget).await;
+            }
+        }
+        result
+    }
+
+    /// Celery's remote-control ping on this broker, on the pooled connection: answers
+    /// until `window_end`, then at most `cleanup` to remove what it made.
+    pub(crate) async fn ping(
+        &self,
+        pidbox: &Pidbox,
+        window_end: Instant,
+        cleanup: Duration,
+    ) -> Result<Vec<String>, Reason> {
+        let conn = self.state.lock().await.conn.clone();
+        let Some(conn) = conn.filter(|c| c.status().connected()) else {
+            return Err(format!("broker {} is not connected", self.identity));
+        };
+        ping::over_amqp(&conn, pidbox, window_end, cleanup)
+            .await
+            .map_err(|e| scrub_password(&format!("broker {}: {e}", self.identity), &self.password))
+    }
+
+    async fn connection(
+        &self,
+        state: &mut State,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Arc<Connection>, Reason> {
+        if let Some(conn) = &state.conn {
+            if conn.status().connected() {
+                return Ok(Arc::clone(conn));
+            }
+            state.conn = None;
+        }
+        let uri = self.uri.clone();
+        let attempt = state.pending.get_or_insert_with(|| {
+            tokio::spawn(async move {
+                let properties =
+                    ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
+                Connection::connect_uri(uri, properties).await
+            })
+        });
+        let joined = match timeout_at(deadline, attempt).await {
+            Err(_) => return Err(self.timed_out(budget)),
+            Ok(joined) => joined,
+        };
+        state.pending = None;
+        match joined {
+            Ok(Ok(conn)) => {
+                let conn = Arc::new(conn);
+                state.conn = Some(Arc::clone(&conn));
+                Ok(conn)
+            }
+            Ok(Err(e)) => Err(self.describe(&e, budget)),
+            Err(e) => Err(format!(
+                "broker {}: the connection attempt failed: {e}",
+                self.identity
+            )),
+        }
+    }
+
+    async fn declare_all(
+        &self,
+        conn: &Connection,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut depths = Vec::with_capacity(queues.len());
+        let mut channel = None;
+        for queue in queues {
+            let open = match channel.take() {
+                Some(open) => open,
+                None => timeout_at(deadline, conn.create_channel())
+                    .await
+                    .map_err(|_| self.timed_out(budget))?
+                    .map_err(|e| self.describe(&e, budget))?,
+            };
+            match self.declare(&open, queue, deadline, budget).await? {
+                Declared::Found(depth) => {
+                    depths.push(depth);
+                    channel = Some(open);
+                }
+                // A 404 closes the channel: the next queue gets a fresh one.
+                Declared::Missing(depth) => depths.push(depth),
+            }
+        }
+        if let Some(open) = channel {
+            let _ = timeout_at(deadline, open.close(200, "OK".into())).await;
+        }
+        if queues.is_empty() {
+            // Still prove the broker serves channels.
+            let open = timeout_at(deadline, conn.create_channel())
+                .await
+                .map_err(|_| self.timed_out(budget))?
+                .map_err(|e| self.describe(&e, budget))?;
+            let _ = timeout_at(deadline, open.close(200, "OK".into())).await;
+        }
+        Ok(depths)
+    }
+
+    async fn declare(
+        &self,
+        channel: &lapin::Channel,
+        queue: &str,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Declared, Reason> {
+        let declared = timeout_at(
+            deadline,
+            channel.queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            ),
+        )
+        .await
+        .map_err(|_| self.timed_out(budget))?;
+        match declared {
+            Ok(found) => Ok(Declared::Found(QueueDepth {
+                queue: queue.to_owned(),
+                messages: Some(u64::from(found.message_count())),
+                consumers: Some(found.consumer_count()),
+                note: None,
+            })),
+            Err(e) if soft_error(&e) == Some(AMQPSoftError::NOTFOUND) => Ok(Declared::Missing(QueueDepth {
+                queue: queue.to_owned(),
+                messages: None,
+                consumers: None,
+                note: Some(
+                    "the queue does not exist yet: no task was sent to it and no worker consumes it".into(),
+                ),
+            })),
+            Err(e) => Err(self.describe(&e, budget)),
+        }
+    }
+
+    fn timed_out(&self, budget: Duration) -> Reason {
+        format!(
+            "broker {} did not answer within {}",
+            self.identity,
+            describe_duration(budget)
+        )
+    }
+
+    /// A driver error, in plain words naming the broker.
+    fn describe(&self, e: &lapin::Error, budget: Duration) -> Reason {
+        let id = &self.identity;
+        let reason = match e.kind() {
+            ErrorKind::IOError(io) => match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    format!("broker {id} refused the connection")
+                }
+                std::io::ErrorKind::TimedOut => self.timed_out(budget),
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof => {
+                    format!("broker {id} closed the connection ({io})")
+                }
+                _ => format!("broker {id} could not be reached: {io}"),
+            },
+            ErrorKind::ProtocolError(amqp) => match amqp.kind() {
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => {
+                    format!("broker {id} refused the user name or password (ACCESS_REFUSED)")
+                }
+                AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => format!(
+                    "broker {id} refused access to virtual host {:?} (NOT_ALLOWED)",
+                    self.vhost
+                ),
+                _ => format!("broker {id} failed: {amqp}"),
+            },
+            ErrorKind::MissingHeartbeatError => format!("broker {id} stopped sending heartbeats"),
+            ErrorKind::InvalidConnectionState(state) => {
+                format!("broker {id} connection is {state:?}")
+            }
+            _ => format!("broker {id} failed: {e}"),
+        };
+        scrub_password(&reason, &self.password)
+    }
+}
+
+/// The AMQP soft error (channel-level: 403, 404, 406, ...) behind a lapin error.
+fn soft_error(e: &lapin::Error) -> Option<AMQPSoftError> {
+    match e.kind() {
+        ErrorKind::ProtocolError(amqp) => match amqp.kind() {
+            AMQPErrorKind::Soft(soft) => Some(soft.clone()),
+            AMQPErrorKind::Hard(_) => None,
+        },
+        _ => None,
+    }
+}

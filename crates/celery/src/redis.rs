@@ -1,0 +1,398 @@
+//! The Redis broker check: `PING`, `ROLE`, and the depth of Celery's queues.
+//!
+//! One multiplexed connection per broker is kept across polls and reopened when it
+//! breaks. Every wait is bounded by the deadline the caller passes in (derived from
+//! the supervisor's `poll_timeout`, see [`crate::check`]): the connection's own
+//! connect and response timeouts are set from it too, so a silent server costs one
+//! timed-out attempt, not a pile of them.
+//!
+//! Verdicts, each naming the broker by its identity:
+//! - refused, timed out, wrong password, no password, `LOADING`, `MASTERDOWN`;
+//! - a replica (`ROLE` is not `master`): Celery writes to its broker, a read-only
+//!   replica cannot take tasks;
+//! - a sentinel broker: the sentinels are asked for the master by name; none
+//!   answering, or none knowing the name, are each their own reason.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+};
+use tokio::sync::Mutex;
+use tokio::time::{Instant, timeout_at};
+
+use crate::check::{describe_duration, scrub_password};
+use crate::detail::QueueDepth;
+use crate::ping::{self, Pidbox, redis_queue_keys};
+use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker};
+
+/// How to reach the master.
+enum Target {
+    /// Straight to it.
+    Direct(redis::ConnectionInfo),
+    /// Through sentinels, asked for `master_name`; `settings` are the master's.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master_name: String,
+        settings: RedisConnectionInfo,
+    },
+}
+
+/// One Redis broker's check, with its pooled connection.
+pub(crate) struct RedisCheck {
+    target: Target,
+    /// The broker's identity, for reasons.
+    identity: String,
+    /// The database, for the pidbox channel name (`/{db}.celery.pidbox`).
+    db: i64,
+    /// Masked out of any driver message before it is shown.
+    password: Option<Password>,
+    /// The pooled connection, `None` until the first success or after a failure.
+    /// A mutex (not a lock-free cell) because a probe replaces it as a whole; the
+    /// supervisor's in-flight guard means it is never contended in practice.
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+/// Why a probe failed: the reason, already in plain words.
+type Reason = String;
+
+/// How a command on an open connection failed.
+enum Failure {
+    /// The connection is gone (the server restarted or died): worth one reconnect.
+    Broken(Reason),
+    /// The server answered with an error, or not in time: that is the verdict.
+    Answered(Reason),
+}
+
+impl Failure {
+    fn into_reason(self) -> Reason {
+        match self {
+            Self::Broken(reason) | Self::Answered(reason) => reason,
+        }
+    }
+}
+
+fn settings(
+    db: i64,
+    username: Option<&String>,
+    password: Option<&Password>,
+) -> RedisConnectionInfo {
+    let mut settings = RedisConnectionInfo::default().set_db(db);
+    if let Some(username) = username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = password {
+        settings = settings.set_password(password.expose());
+    }
+    settings
+}
+
+impl RedisCheck {
+    pub(crate) fn direct(broker: &RedisBroker, identity: &str) -> Self {
+        let addr = match &broker.address {
+            RedisAddress::Tcp { host, port } => ConnectionAddr::Tcp(host.clone(), *port),
+            RedisAddress::Unix(path) => ConnectionAddr::Unix(path.into()),
+        };
+        let info = addr
+            .into_connection_info()
+            .expect("an address is always connection info")
+            .set_redis_settings(settings(
+                broker.db,
+                broker.username.as_ref(),
+                broker.password.as_ref(),
+            ));
+        Self {
+            target: Target::Direct(info),
+            identity: identity.to_owned(),
+            db: broker.db,
+            password: broker.password.clone(),
+            conn: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn sentinel(broker: &SentinelBroker, master_name: &str, identity: &str) -> Self {
+        Self {
+            target: Target::Sentinel {
+                sentinels: broker.sentinels.clone(),
+                master_name: master_name.to_owned(),
+                settings: settings(
+                    broker.db,
+                    broker.username.as_ref(),
+                    broker.password.as_ref(),
+                ),
+            },
+            identity: identity.to_owned(),
+            db: broker.db,
+            password: broker.password.clone(),
+            conn: Mutex::new(None),
+        }
+    }
+
+    /// `PING`s the master, checks it is one, and reads the depth of `queues`, all
+    /// before `deadline` (`budget` is the same bound, as a length, for reasons).
+    ///
+    /// A pooled connection found broken (the server restarted since the last poll)
+    /// is replaced at once, within the same deadline: the verdict is about the
+    /// server now, not about a socket from before.
+    pub(crate) async fn probe(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.clone() {
+            match self.commands(conn, queues, deadline, budget).await {
+                Ok(depths) => return Ok(depths),
+                Err(Failure::Broken(reason)) => {
+                    tracing::debug!(broker = %self.identity, %reason, "reconnecting");
+                    *slot = None;
+                }
+                Err(Failure::Answered(reason)) => {
+                    *slot = None;
+                    return Err(reason);
+                }
+            }
+        }
+        let conn = self.connect(deadline, budget).await?;
+        *slot = Some(conn.clone());
+        let result = self.commands(conn, queues, deadline, budget).await;
+        if result.is_err() {
+            // A slow, failing or demoted server's connection is not reused.
+            *slot = None;
+        }
+        result.map_err(Failure::into_reason)
+    }
+
+    /// `PING`, `ROLE` and the `LLEN`s, on an open connection.
+    async fn commands(
+        &self,
+        mut conn: MultiplexedConnection,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Failure> {
+        let failure = |e: redis::RedisError| {
+            if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
+                Failure::Broken(self.describe(e, budget))
+            } else {
+                Failure::Answered(self.describe(e, budget))
+            }
+        };
+        let timed_out = |_| Failure::Answered(self.timed_out(budget));
+        timeout_at(deadline, redis::cmd("PING").query_async::<()>(&mut conn))
+            .await
+            .map_err(timed_out)?
+            .map_err(failure)?;
+        let role: Value = timeout_at(deadline, redis::cmd("ROLE").query_async(&mut conn))
+            .await
+            .map_err(timed_out)?
+            .map_err(failure)?;
+        match role_name(&role).as_deref() {
+            Some("master") | None => {}
+            Some(_) => {
+                return Err(Failure::Answered(format!(
+                    "broker {} is a read-only replica, not the master Celery sends tasks to",
+                    self.identity
+                )));
+            }
+        }
+        let mut pipe = redis::pipe();
+        for queue in queues {
+            for key in redis_queue_keys(queue) {
+                pipe.cmd("LLEN").arg(key);
+            }
+        }
+        let lengths: Vec<u64> = if queues.is_empty() {
+            Vec::new()
+        } else {
+            timeout_at(deadline, pipe.query_async(&mut conn))
+                .await
+                .map_err(timed_out)?
+                .map_err(failure)?
+        };
+        Ok(queues
+            .iter()
+            .zip(lengths.chunks(4))
+            .map(|(queue, lengths)| QueueDepth {
+                queue: queue.clone(),
+                messages: Some(lengths.iter().sum()),
+                consumers: None,
+                note: None,
+            })
+            .collect())
+    }
+
+    /// Celery's remote-control ping on this broker, on the pooled connection: answers
+    /// until `window_end`, then at most `cleanup` to remove what it made.
+    pub(crate) async fn ping(
+        &self,
+        pidbox: &Pidbox,
+        window_end: Instant,
+        cleanup: Duration,
+    ) -> Result<Vec<String>, Reason> {
+        let conn = self.conn.lock().await.clone();
+        let Some(mut conn) = conn else {
+            return Err(format!("broker {} is not connected", self.identity));
+        };
+        ping::over_redis(&mut conn, self.db, pidbox, window_end, cleanup)
+            .await
+            .map_err(|e| self.scrub(format!("broker {}: {e}", self.identity)))
+    }
+
+    /// Opens a connection to the master, bounded by `deadline`.
+    async fn connect(
+        &self,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<MultiplexedConnection, Reason> {
+        match &self.target {
+            Target::Direct(info) => {
+                self.open(&self.broker(), info.clone(), deadline, budget)
+                    .await
+            }
+            Target::Sentinel {
+                sentinels,
+                master_name,
+                settings,
+            } => {
+                let mut failures = Vec::new();
+                let mut answered = false;
+                for (i, (host, port)) in sentinels.iter().enumerate() {
+                    let sentinel = ConnectionAddr::Tcp(host.clone(), *port)
+                        .into_connection_info()
+                        .expect("an address is always connection info");
+                    let who = format!("sentinel {host}:{port}");
+                    // Each sentinel asked in turn gets an equal share of the time left, so
+                    // one that hangs cannot use up the poll before the next is asked.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let share = left / u32::try_from(sentinels.len() - i).unwrap_or(u32::MAX);
+                    let (ask_by, ask_budget) = (Instant::now() + share, share);
+                    let asked = async {
+                        let mut conn = self.open(&who, sentinel, ask_by, ask_budget).await?;
+                        timeout_at(
+                            ask_by,
+                            redis::cmd("SENTINEL")
+                                .arg("get-master-addr-by-name")
+                                .arg(master_name)
+                                .query_async::<Option<(String, u16)>>(&mut conn),
+                        )
+                        .await
+                        .map_err(|_| timed_out(&who, ask_budget))?
+                        .map_err(|e| self.describe_for(&who, e, ask_budget))
+                    };
+                    match asked.await {
+                        Ok(Some((master_host, master_port))) => {
+                            let info = ConnectionAddr::Tcp(master_host, master_port)
+                                .into_connection_info()
+                                .expect("an address is always connection info")
+                                .set_redis_settings(settings.clone());
+                            return self.open(&self.broker(), info, deadline, budget).await;
+                        }
+                        Ok(None) => answered = true,
+                        Err(reason) => failures.push(reason),
+                    }
+                }
+                Err(if answered {
+                    format!(
+                        "the sentinels of broker {} know no master named {master_name:?}",
+                        self.identity
+                    )
+                } else {
+                    format!(
+                        "no sentinel of broker {} answered: {}",
+                        self.identity,
+                        failures.join("; ")
+                    )
+                })
+            }
+        }
+    }
+
+    /// Connects to `info` (the master, or a sentinel named `who` in reasons).
+    async fn open(
+        &self,
+        who: &str,
+        info: redis::ConnectionInfo,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<MultiplexedConnection, Reason> {
+        let client = redis::Client::open(info).map_err(|e| self.describe_for(who, e, budget))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        // The driver's own bounds, so that a connection never outlives our deadline
+        // with a request pending; `timeout_at` below is the one that decides.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(left))
+            .set_response_timeout(Some(budget));
+        timeout_at(
+            deadline,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| timed_out(who, budget))?
+        .map_err(|e| self.describe_for(who, e, budget))
+    }
+
+    fn timed_out(&self, budget: Duration) -> Reason {
+        timed_out(&self.broker(), budget)
+    }
+
+    /// How reasons name the broker.
+    fn broker(&self) -> String {
+        format!("broker {}", self.identity)
+    }
+
+    fn scrub(&self, text: String) -> String {
+        match &self.password {
+            Some(password) => scrub_password(&text, password.expose()),
+            None => text,
+        }
+    }
+
+    /// A driver error, in plain words naming the broker.
+    fn describe(&self, e: redis::RedisError, budget: Duration) -> Reason {
+        self.describe_for(&self.broker(), e, budget)
+    }
+
+    /// A driver error, in plain words naming `id` (the broker, or one of its sentinels).
+    fn describe_for(&self, id: &str, e: redis::RedisError, budget: Duration) -> Reason {
+        let code = e.code().unwrap_or_default();
+        if e.is_connection_refusal() {
+            format!("{id} refused the connection")
+        } else if e.is_timeout() {
+            timed_out(id, budget)
+        } else if code == "WRONGPASS" || e.kind() == redis::ErrorKind::AuthenticationFailed {
+            format!("{id} rejected the password")
+        } else if code == "NOAUTH" {
+            format!("{id} requires a password, and the URL gives none")
+        } else if code == "LOADING" {
+            format!("{id} is loading its dataset into memory and cannot serve yet (LOADING)")
+        } else if code == "MASTERDOWN" {
+            format!("{id} is a replica that lost its master (MASTERDOWN)")
+        } else if code == "READONLY" {
+            format!("{id} is a read-only replica, not the master Celery sends tasks to")
+        } else if e.is_connection_dropped() || e.is_io_error() {
+            self.scrub(format!("{id} dropped the connection ({e})"))
+        } else {
+            self.scrub(format!("{id} failed: {e}"))
+        }
+    }
+}
+
+/// The reason for a wait on `who` that outlived its bound.
+fn timed_out(who: &str, budget: Duration) -> Reason {
+    format!("{who} did not answer within {}", describe_duration(budget))
+}
+
+/// The first element of a `ROLE` reply: `master`, `slave` or `sentinel`.
+fn role_name(role: &Value) -> Option<String> {
+    match role {
+        Value::Array(items) => match items.first()? {
+            Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Value::SimpleString(text) => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}

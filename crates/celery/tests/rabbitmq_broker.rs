@@ -1,0 +1,162 @@
+//! The RabbitMQ broker check against the machine's RabbitMQ, with tasks the real
+//! Celery client enqueued; and against a closed port and a listener that never speaks.
+
+mod support;
+
+use std::time::Duration;
+
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+use overseer_celery::{BrokerStatus, BrokerUrl, CeleryCheck, CheckSettings, Probe, QueueDepth};
+use overseer_core::{ExecutorHealth, HealthCheck};
+use support::SilentListener;
+
+/// The supervisor's timeout in these tests: the check must answer within it.
+const POLL_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn check(url: &str, queues: &[&str]) -> CeleryCheck {
+    let broker = BrokerUrl::parse(url).expect("a valid URL");
+    CeleryCheck::new(
+        &broker,
+        CheckSettings {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            poll_timeout: POLL_TIMEOUT,
+            ..CheckSettings::default()
+        },
+    )
+    .expect("valid settings")
+}
+
+/// One poll, as the supervisor makes it: the check must answer within its timeout.
+async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
+    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
+        .await
+        .expect("the check answers within the poll's timeout, with its own reason");
+    (health, check.latest().expect("a probe after a poll"))
+}
+
+/// Removes what Celery declared for `queue` (the queue and its direct exchange).
+async fn delete_queue(queue: &str) {
+    let conn = lapin::Connection::connect(support::RABBITMQ_URL, Default::default())
+        .await
+        .expect("RabbitMQ");
+    let channel = conn.create_channel().await.expect("a channel");
+    let _ = channel
+        .queue_delete(queue.into(), QueueDeleteOptions::default())
+        .await;
+    let _ = channel
+        .exchange_delete(queue.into(), ExchangeDeleteOptions::default())
+        .await;
+    let _ = conn.close(200, "OK".into()).await;
+}
+
+#[tokio::test]
+async fn celery_enqueued_tasks_show_as_ready_messages_and_a_missing_queue_is_no_failure() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    let Some(venv) = support::venv() else { return };
+    let queue = support::unique("overseer-depth");
+    let missing = support::unique("overseer-missing");
+    support::send_tasks(&venv, support::RABBITMQ_URL, &queue, 4, None);
+
+    let check = check(support::RABBITMQ_URL, &[&queue, &missing]);
+    let (health, probe) = poll(&check).await;
+    // The pooled connection serves the next poll too.
+    let (again, _) = poll(&check).await;
+    delete_queue(&queue).await;
+
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(again, ExecutorHealth::Healthy);
+    assert_eq!(check.instance(), "amqp://127.0.0.1:5672//");
+    let broker = &probe.brokers[0];
+    assert_eq!(broker.status, BrokerStatus::Answered);
+    assert_eq!(
+        broker.queues,
+        [
+            QueueDepth {
+                queue: queue.clone(),
+                messages: Some(4),
+                consumers: Some(0),
+                note: None
+            },
+            QueueDepth {
+                queue: missing.clone(),
+                messages: None,
+                consumers: None,
+                note: Some(
+                    "the queue does not exist yet: no task was sent to it and no worker consumes it"
+                        .into()
+                )
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_access_refused() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    let (health, _) = poll(&check(
+        "amqp://guest:not-the-password@127.0.0.1:5672//",
+        &["default"],
+    ))
+    .await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(
+            "broker amqp://127.0.0.1:5672// refused the user name or password (ACCESS_REFUSED)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_virtual_host_is_not_allowed() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    let (health, _) = poll(&check(
+        "pyamqp://guest:guest@127.0.0.1:5672/overseer-no-such-vhost",
+        &["default"],
+    ))
+    .await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(
+            "broker pyamqp://127.0.0.1:5672/overseer-no-such-vhost refused access to virtual host \
+             \"overseer-no-such-vhost\" (NOT_ALLOWED)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_port_where_nothing_listens_refuses_the_connection() {
+    let port = support::closed_port();
+    let (health, _) = poll(&check(
+        &format!("amqp://guest:guest@127.0.0.1:{port}//"),
+        &["default"],
+    ))
+    .await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker amqp://127.0.0.1:{port}// refused the connection"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_broker_that_never_answers_times_out_inside_every_poll() {
+    let silent = SilentListener::start();
+    let check = check(
+        &format!("amqp://guest:guest@127.0.0.1:{}//", silent.port),
+        &["default"],
+    );
+    let expected = ExecutorHealth::unhealthy(format!(
+        "broker amqp://127.0.0.1:{}// did not answer within 1.8s",
+        silent.port
+    ));
+    // The second poll waits on the first's attempt instead of opening another.
+    assert_eq!(poll(&check).await.0, expected);
+    assert_eq!(poll(&check).await.0, expected);
+}

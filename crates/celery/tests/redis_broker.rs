@@ -1,0 +1,290 @@
+//! The Redis broker check against real servers: the machine's Redis with tasks the
+//! real Celery client enqueued, and throwaway `redis-server`s that the tests kill,
+//! restart, protect with a password or make a replica.
+
+mod support;
+
+use std::time::Duration;
+
+use overseer_celery::{BrokerStatus, BrokerUrl, CeleryCheck, CheckSettings, Probe};
+use overseer_core::{ExecutorHealth, HealthCheck};
+use support::{SilentListener, ThrowawayRedis};
+
+/// The supervisor's timeout in these tests: the check must answer within it.
+const POLL_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn check(url: &str, queues: &[&str]) -> CeleryCheck {
+    let broker = BrokerUrl::parse(url).expect("a valid URL");
+    CeleryCheck::new(
+        &broker,
+        CheckSettings {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            poll_timeout: POLL_TIMEOUT,
+            ..CheckSettings::default()
+        },
+    )
+    .expect("valid settings")
+}
+
+/// One poll, as the supervisor makes it: no answer within its timeout would be its
+/// own `no reply within 2s`, so the check must answer first.
+async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
+    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
+        .await
+        .expect("the check answers within the poll's timeout, with its own reason");
+    (health, check.latest().expect("a probe after a poll"))
+}
+
+#[tokio::test]
+async fn celery_enqueued_tasks_show_as_queue_depth_with_their_priority_lists() {
+    if !support::redis_up() {
+        return;
+    }
+    let Some(venv) = support::venv() else { return };
+    let queue = support::unique("overseer-depth");
+    let empty = support::unique("overseer-empty");
+    support::send_tasks(&venv, support::REDIS_URL, &queue, 3, None);
+    support::send_tasks(&venv, support::REDIS_URL, &queue, 2, Some(5));
+    support::send_tasks(&venv, support::REDIS_URL, &queue, 1, Some(9));
+
+    // Celery really spread them over kombu's priority lists: the test counts them all.
+    let mut conn = support::redis_conn(support::REDIS_URL);
+    let on_priority_lists: u64 = ["\x06\x163", "\x06\x166", "\x06\x169"]
+        .iter()
+        .map(|s| {
+            redis::cmd("LLEN")
+                .arg(format!("{queue}{s}"))
+                .query::<u64>(&mut conn)
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(on_priority_lists, 3, "tasks sent with priorities 5 and 9");
+
+    let check = check(support::REDIS_URL, &[&queue, &empty]);
+    let (health, probe) = poll(&check).await;
+    support::delete_redis_queue(support::REDIS_URL, &queue);
+
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.brokers.len(), 1);
+    assert_eq!(probe.brokers[0].broker, "redis://127.0.0.1:6379/0");
+    assert_eq!(probe.brokers[0].status, BrokerStatus::Answered);
+    let depths: Vec<(&str, Option<u64>)> = probe.brokers[0]
+        .queues
+        .iter()
+        .map(|q| (q.queue.as_str(), q.messages))
+        .collect();
+    assert_eq!(
+        depths,
+        [(queue.as_str(), Some(6)), (empty.as_str(), Some(0))]
+    );
+    assert_eq!(check.instance(), "redis://127.0.0.1:6379/0");
+}
+
+#[tokio::test]
+async fn a_killed_broker_is_unhealthy_then_healthy_again_once_restarted() {
+    let Some(mut server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let check = check(&server.url(None, 0), &["default"]);
+    assert_eq!(poll(&check).await.0, ExecutorHealth::Healthy);
+
+    server.kill();
+    let (health, _) = poll(&check).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{}/0 refused the connection",
+            server.port
+        ))
+    );
+
+    server.resume().expect("the server starts again");
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_or_missing_password_is_its_own_reason() {
+    let Some(server) = ThrowawayRedis::start(&["--requirepass", "right-one"]) else {
+        return;
+    };
+    let port = server.port;
+    let (health, _) = poll(&check(&server.url(Some("wrong-one"), 0), &["default"])).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{port}/0 rejected the password"
+        ))
+    );
+    let (health, _) = poll(&check(&server.url(None, 0), &["default"])).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{port}/0 requires a password, and the URL gives none"
+        ))
+    );
+    let (health, _) = poll(&check(&server.url(Some("right-one"), 0), &["default"])).await;
+    assert_eq!(health, ExecutorHealth::Healthy);
+}
+
+#[tokio::test]
+async fn a_port_where_nothing_listens_refuses_the_connection() {
+    let port = support::closed_port();
+    let (health, _) = poll(&check(&format!("redis://127.0.0.1:{port}/0"), &["default"])).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{port}/0 refused the connection"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_broker_that_never_answers_times_out_inside_the_poll() {
+    let silent = SilentListener::start();
+    let check = check(
+        &format!("redis://127.0.0.1:{}/0", silent.port),
+        &["default"],
+    );
+    let expected = ExecutorHealth::unhealthy(format!(
+        "broker redis://127.0.0.1:{}/0 did not answer within 1.8s",
+        silent.port
+    ));
+    // Twice: the second poll must not be stuck behind the first.
+    assert_eq!(poll(&check).await.0, expected);
+    assert_eq!(poll(&check).await.0, expected);
+}
+
+#[tokio::test]
+async fn a_read_only_replica_is_not_the_master_celery_needs() {
+    let nowhere = support::closed_port().to_string();
+    let Some(server) = ThrowawayRedis::start(&["--replicaof", "127.0.0.1", &nowhere]) else {
+        return;
+    };
+    let (health, _) = poll(&check(&server.url(None, 0), &["default"])).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{}/0 is a read-only replica, not the master Celery sends tasks to",
+            server.port
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_failover_list_is_healthy_while_one_broker_answers_and_names_the_others() {
+    let Some(server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let down = support::closed_port();
+    let url = format!("redis://127.0.0.1:{down}/0;{}", server.url(None, 0));
+    let check = check(&url, &["default"]);
+    assert_eq!(
+        check.instance(),
+        format!(
+            "redis://127.0.0.1:{down}/0;redis://127.0.0.1:{}/0",
+            server.port
+        )
+    );
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy);
+    assert_eq!(
+        probe.reason.as_deref(),
+        Some(
+            format!(
+                "healthy through failover; not answering: broker redis://127.0.0.1:{down}/0 refused the connection"
+            )
+            .as_str()
+        )
+    );
+
+    let down2 = support::closed_port();
+    let url = format!("redis://127.0.0.1:{down}/0;redis://127.0.0.1:{down2}/0");
+    let (health, _) = poll(&check_with(&url)).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{down}/0 refused the connection; \
+             broker redis://127.0.0.1:{down2}/0 refused the connection"
+        ))
+    );
+}
+
+fn check_with(url: &str) -> CeleryCheck {
+    check(url, &["default"])
+}
+
+#[tokio::test]
+async fn a_broker_loading_its_dataset_is_unhealthy_until_it_has_loaded() {
+    // A dump of 1000 keys of 1 KiB, reloaded with Redis's own per-key load delay
+    // (a hidden setting its test suite uses), keeps the server in LOADING for 10 s,
+    // answering clients between keys.
+    let Some(mut server) = ThrowawayRedis::start(&[
+        "--enable-debug-command",
+        "local",
+        "--dbfilename",
+        "dump.rdb",
+        "--key-load-delay",
+        "10000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]) else {
+        return;
+    };
+    let mut conn = support::redis_conn(&server.url(None, 0));
+    redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(1000)
+        .arg("key")
+        .arg(1024)
+        .exec(&mut conn)
+        .expect("DEBUG POPULATE");
+    redis::cmd("SAVE").exec(&mut conn).expect("SAVE");
+    drop(conn);
+    server.kill();
+    server
+        .resume()
+        .expect("the server starts again and loads its dump");
+
+    let check = check(&server.url(None, 0), &["default"]);
+    let (health, probe) = poll(&check).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker redis://127.0.0.1:{}/0 is loading its dataset into memory and cannot serve yet (LOADING)",
+            server.port
+        )),
+        "{probe:?}"
+    );
+    // Once loaded, it is healthy again (bounded: 1000 keys x 10 ms is 10 s).
+    let mut polls = 0;
+    while poll(&check).await.0 != ExecutorHealth::Healthy {
+        polls += 1;
+        assert!(polls < 60, "the server never finished loading");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_broker_on_a_unix_socket_is_reached_through_redis_socket_urls() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let socket = dir.path().join("redis.sock");
+    let socket = socket.to_str().expect("a UTF-8 path");
+    let Some(server) = ThrowawayRedis::start(&["--unixsocket", socket, "--unixsocketperm", "700"])
+    else {
+        return;
+    };
+    let queue = support::unique("overseer-socket");
+    let mut conn = support::redis_conn(&server.url(None, 2));
+    redis::cmd("LPUSH")
+        .arg(&queue)
+        .arg("a task")
+        .exec(&mut conn)
+        .unwrap();
+
+    let url = format!("redis+socket://{socket}?virtual_host=2");
+    let (health, probe) = poll(&check(&url, &[&queue])).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.brokers[0].broker, format!("redis+socket://{socket}"));
+    assert_eq!(probe.brokers[0].queues[0].messages, Some(1));
+}

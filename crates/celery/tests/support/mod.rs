@@ -1,0 +1,496 @@
+//! What the Celery tests run against: the machine's Redis and RabbitMQ on loopback,
+//! a real Celery 5.5.3 (client and worker) from a Python venv this module builds
+//! once per machine, throwaway `redis-server`s, and listeners that never answer.
+//!
+//! The venv lives outside the clone (`$HOME/.cache/overseer/celery-5.5.3-venv`, or
+//! `$OVERSEER_CELERY_VENV`); test processes racing to build it take turns through a
+//! lock folder (`mkdir` is atomic), and a marker file says it is complete.
+//!
+//! Every child process is killed by its own pid when its value is dropped.
+#![allow(dead_code)] // each test file uses its own part of this module
+
+use std::io::Write as _;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+pub use overseer_testkit::throwaway::free_port;
+use overseer_testkit::unavailable;
+
+/// The Celery version Airflow's provider loads today (5.6 is not yet loadable).
+pub const CELERY: &str = "celery[redis]==5.5.3";
+/// The machine's Redis, as `.ci/run` starts it.
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+/// The machine's RabbitMQ, guest/guest on vhost `/`.
+pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
+
+/// How long building the venv may take (pip install on 2 cores).
+const VENV_DEADLINE: Duration = Duration::from_secs(900);
+/// How long a Celery worker may take to say it is ready.
+const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
+/// How long a stopped worker or server may take to go.
+const STOP_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a throwaway redis-server may take to accept connections.
+const REDIS_START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Gives every name of this process its own suffix.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A name no other test (or test process) uses: `{prefix}-{pid}-{n}-{nanos}`.
+pub fn unique(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn port_open(port: u16) -> bool {
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).is_ok()
+}
+
+/// True when the machine's Redis answers; else skipped (or failed under CI).
+pub fn redis_up() -> bool {
+    port_open(6379) || unavailable::<()>("Redis", "127.0.0.1:6379 refuses connections").is_some()
+}
+
+/// True when the machine's RabbitMQ answers; else skipped (or failed under CI).
+pub fn rabbitmq_up() -> bool {
+    port_open(5672) || unavailable::<()>("RabbitMQ", "127.0.0.1:5672 refuses connections").is_some()
+}
+
+/// A connection to a Redis for the test's own reads and writes.
+pub fn redis_conn(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
+}
+
+/// The Celery venv, built once per machine, or `None` (skipped) when it cannot be.
+pub fn venv() -> Option<PathBuf> {
+    match build_venv() {
+        Ok(path) => Some(path),
+        Err(e) => unavailable("a Python venv with Celery 5.5.3", e),
+    }
+}
+
+fn build_venv() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("OVERSEER_CELERY_VENV") {
+        return Ok(PathBuf::from(path));
+    }
+    let home = std::env::var("HOME").map_err(|_| "HOME is not set")?;
+    let cache = Path::new(&home).join(".cache/overseer");
+    std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let venv = cache.join("celery-5.5.3-venv");
+    let ready = venv.join(".overseer-ready");
+    let lock = cache.join("celery-5.5.3-venv.lock");
+    let started = Instant::now();
+    loop {
+        if ready.exists() {
+            return Ok(venv);
+        }
+        match std::fs::create_dir(&lock) {
+            Ok(()) => {
+                let built = install(&venv, &ready);
+                let _ = std::fs::remove_dir(&lock);
+                return built.map(|()| venv);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // Another process builds it; a lock older than the deadline was left by a crash.
+                let stale = std::fs::metadata(&lock)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > VENV_DEADLINE);
+                if stale {
+                    let _ = std::fs::remove_dir(&lock);
+                }
+                if started.elapsed() > VENV_DEADLINE {
+                    return Err("timed out waiting for another process to build the venv".into());
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(format!("{}: {e}", lock.display())),
+        }
+    }
+}
+
+fn install(venv: &Path, ready: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(venv);
+    run(Command::new("python3").arg("-m").arg("venv").arg(venv))?;
+    run(Command::new(venv.join("bin/python")).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        CELERY,
+    ]))?;
+    std::fs::write(ready, CELERY).map_err(|e| e.to_string())
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let out = command.output().map_err(|e| format!("{command:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// This folder: the Celery app lives here.
+fn support_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support")
+}
+
+/// The venv's Python, set up to import the test app against `broker`.
+fn python(venv: &Path, broker: &str, control_exchange: &str) -> Command {
+    let mut command = Command::new(venv.join("bin/python"));
+    command
+        .current_dir(support_dir())
+        .env("PYTHONPATH", support_dir())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("OVERSEER_TEST_BROKER", broker)
+        .env("OVERSEER_TEST_CONTROL_EXCHANGE", control_exchange)
+        .stdin(Stdio::null());
+    command
+}
+
+/// Sends `count` tasks to `queue` with the real Celery client (no worker consumes it).
+pub fn send_tasks(venv: &Path, broker: &str, queue: &str, count: u32, priority: Option<u8>) {
+    let mut command = python(venv, broker, "celery");
+    command
+        .arg("send_tasks.py")
+        .arg(queue)
+        .arg(count.to_string());
+    if let Some(priority) = priority {
+        command.arg(priority.to_string());
+    }
+    run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
+}
+
+/// A real Celery worker, consuming one queue of its own, with a control exchange of
+/// its own so that only this test's pings reach it.
+pub struct Worker {
+    child: Child,
+    /// Its node name, as it answers ping (`celery@...`).
+    pub node: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    /// Starts a worker and waits until it says it is ready.
+    pub fn start(venv: &Path, broker: &str, control_exchange: &str, queue: &str) -> Worker {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let log = dir.path().join("worker.log");
+        let node = format!("{}@overseer-test", unique("w"));
+        let child = python(venv, broker, control_exchange)
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "worker",
+                "--pool",
+                "solo",
+            ])
+            .args([
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ])
+            .args(["--loglevel", "INFO", "-n", &node, "-Q", queue, "--logfile"])
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting a Celery worker");
+        let worker = Worker {
+            child,
+            node,
+            log,
+            _dir: dir,
+        };
+        worker.wait_ready();
+        worker
+    }
+
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(&format!("{} ready.", self.node)) {
+                return;
+            }
+            assert!(
+                started.elapsed() < WORKER_START_DEADLINE,
+                "the Celery worker did not become ready; its log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the worker (SIGTERM, then SIGKILL) and waits until it is gone.
+    pub fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let started = Instant::now();
+        while started.elapsed() < STOP_DEADLINE {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A `redis-server` of the test's own, on a free loopback port, that it may kill and restart.
+pub struct ThrowawayRedis {
+    child: Option<Child>,
+    /// The loopback port it listens on.
+    pub port: u16,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl ThrowawayRedis {
+    /// Starts one (with `extra` arguments such as `--requirepass`), or `None` (skipped)
+    /// when redis-server is not installed.
+    pub fn start(extra: &[&str]) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let port = free_port();
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--save", "", "--appendonly", "no"].map(String::from));
+        args.extend(["--dir".into(), dir.path().display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = Self {
+            child: None,
+            port,
+            args,
+            dir,
+        };
+        match server.resume() {
+            Ok(()) => Some(server),
+            Err(e) => unavailable("redis-server (a throwaway one)", e),
+        }
+    }
+
+    /// Its folder (for a dump file, say).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts it again on the same port, and waits until it accepts connections.
+    pub fn resume(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while !port_open(self.port) {
+            if started.elapsed() > REDIS_START_DEADLINE {
+                return Err("the throwaway redis-server does not accept connections".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Kills it by its pid (SIGKILL: as abrupt as a crash) and waits until it is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let started = Instant::now();
+        while port_open(self.port) && started.elapsed() < STOP_DEADLINE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://[:password@]127.0.0.1:{port}/{db}`.
+    pub fn url(&self, password: Option<&str>, db: u32) -> String {
+        match password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),
+            None => format!("redis://127.0.0.1:{}/{db}", self.port),
+        }
+    }
+}
+
+impl Drop for ThrowawayRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Sentinel of the test's own, watching one master under `name`.
+pub struct ThrowawaySentinel {
+    server: ThrowawayRedis,
+}
+
+impl ThrowawaySentinel {
+    /// Starts a sentinel that knows `name` as the master on `master_port`.
+    pub fn start(name: &str, master_port: u16) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let conf = dir.path().join("sentinel.conf");
+        // Sentinel rewrites its configuration file: it must be writable, and its own.
+        std::fs::write(
+            &conf,
+            format!(
+                "sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds {name} 60000\n"
+            ),
+        )
+        .expect("writing sentinel.conf");
+        let port = free_port();
+        let mut server = ThrowawayRedis {
+            child: None,
+            port,
+            args: vec![
+                conf.display().to_string(),
+                "--sentinel".into(),
+                "--port".into(),
+                port.to_string(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+            ],
+            dir,
+        };
+        match server.resume() {
+            Ok(()) => Some(Self { server }),
+            Err(e) => unavailable("redis-server --sentinel (a throwaway one)", e),
+        }
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+}
+
+/// A loopback listener that accepts connections and never says a word: a broker
+/// that hangs. It lives until the test ends.
+pub struct SilentListener {
+    /// Its loopback port.
+    pub port: u16,
+}
+
+impl SilentListener {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                held.push(stream); // keep it open, say nothing
+            }
+        });
+        Self { port }
+    }
+}
+
+/// A loopback port where nothing listens.
+pub fn closed_port() -> u16 {
+    free_port()
+}
+
+/// Everything logged through `tracing` while the test runs, as text.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Installs a subscriber for the whole test process that writes every event,
+    /// at every level, here.
+    pub fn capture() -> Self {
+        let logs = Self::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        logs
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Deletes a test's queue from the machine's Redis: the list, its priority lists, and
+/// the binding Celery's client registered for it.
+pub fn delete_redis_queue(url: &str, queue: &str) {
+    let mut conn = redis_conn(url);
+    for key in [
+        queue.to_owned(),
+        format!("{queue}\x06\x163"),
+        format!("{queue}\x06\x166"),
+        format!("{queue}\x06\x169"),
+        format!("_kombu.binding.{queue}"),
+    ] {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
+    }
+}
+
+/// The names of the queues on the machine's RabbitMQ (read-only `rabbitmqctl list_queues`).
+pub fn rabbitmq_queue_names() -> Vec<String> {
+    let out = Command::new("rabbitmqctl")
+        .args(["list_queues", "--quiet", "--no-table-headers", "name"])
+        .output()
+        .expect("rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Prints a line to the test's output (shown on failure).
+pub fn note(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}

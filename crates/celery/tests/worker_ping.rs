@@ -1,0 +1,154 @@
+//! Celery's remote-control ping against a real Celery 5.5.3 worker, on Redis and on
+//! RabbitMQ: the worker's node name comes back; once it is stopped, `min_workers = 1`
+//! turns the verdict `unhealthy`; and no reply key, binding or queue is left behind.
+//!
+//! Each test gives its worker a control exchange of its own (Celery's
+//! `control_exchange`), so parallel tests never hear each other's workers.
+
+mod support;
+
+use std::time::Duration;
+
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings, Probe};
+use overseer_core::{ExecutorHealth, HealthCheck};
+use support::Worker;
+
+/// The supervisor's default timeout: leaves the ping its full 1 s window.
+const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
+    CeleryCheck::new(
+        &BrokerUrl::parse(url).expect("a valid URL"),
+        CheckSettings {
+            queues: vec![queue.to_owned()],
+            worker_ping: true,
+            min_workers: 1,
+            poll_timeout: POLL_TIMEOUT,
+            control_exchange: control_exchange.to_owned(),
+            sentinel_master_name: None,
+        },
+    )
+    .expect("valid settings")
+}
+
+async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
+    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
+        .await
+        .expect("the check answers within the poll's timeout, with its own reason");
+    (health, check.latest().expect("a probe after a poll"))
+}
+
+fn answered(probe: &Probe) -> Vec<String> {
+    probe
+        .workers
+        .as_ref()
+        .expect("worker_ping is on")
+        .answered
+        .clone()
+}
+
+/// The reply keys and bindings a ping on `control_exchange` could have left in Redis.
+fn redis_leftovers(control_exchange: &str) -> Vec<String> {
+    let mut conn = support::redis_conn(support::REDIS_URL);
+    let mut left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*.reply.{control_exchange}.pidbox*"))
+        .query(&mut conn)
+        .unwrap();
+    let bindings: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(format!("_kombu.binding.reply.{control_exchange}.pidbox"))
+        .query(&mut conn)
+        .unwrap();
+    left.extend(bindings);
+    left
+}
+
+#[tokio::test]
+async fn redis_ping_hears_the_worker_and_notices_when_it_is_gone() {
+    if !support::redis_up() {
+        return;
+    }
+    let Some(venv) = support::venv() else { return };
+    let exchange = support::unique("overseer-ce");
+    let queue = support::unique("overseer-ping");
+    let mut worker = Worker::start(&venv, support::REDIS_URL, &exchange, &queue);
+    let check = check(support::REDIS_URL, &exchange, &queue);
+
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(answered(&probe), [worker.node.clone()]);
+    assert_eq!(redis_leftovers(&exchange), Vec::<String>::new());
+
+    worker.stop();
+    let (health, probe) = poll(&check).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy("0 of at least 1 workers answered ping within 1s")
+    );
+    assert_eq!(answered(&probe), Vec::<String>::new());
+    assert_eq!(redis_leftovers(&exchange), Vec::<String>::new());
+
+    // What the worker itself registered.
+    let mut conn = support::redis_conn(support::REDIS_URL);
+    let _: redis::RedisResult<()> = redis::cmd("DEL")
+        .arg(format!("_kombu.binding.{exchange}.pidbox"))
+        .arg(format!("_kombu.binding.{queue}"))
+        .query(&mut conn);
+}
+
+#[tokio::test]
+async fn rabbitmq_ping_hears_the_worker_and_notices_when_it_is_gone() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    let Some(venv) = support::venv() else { return };
+    let exchange = support::unique("overseer-ce");
+    let queue = support::unique("overseer-ping");
+    let mut worker = Worker::start(&venv, support::RABBITMQ_URL, &exchange, &queue);
+    let check = check(support::RABBITMQ_URL, &exchange, &queue);
+    let reply_queues = |names: Vec<String>| -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|n| n.ends_with(&format!(".reply.{exchange}.pidbox")))
+            .collect()
+    };
+
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(answered(&probe), [worker.node.clone()]);
+    // Asked while our connection is still open: the queue was deleted, not just orphaned.
+    assert_eq!(
+        reply_queues(support::rabbitmq_queue_names()),
+        Vec::<String>::new()
+    );
+
+    worker.stop();
+    let (health, probe) = poll(&check).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy("0 of at least 1 workers answered ping within 1s")
+    );
+    assert_eq!(answered(&probe), Vec::<String>::new());
+    assert_eq!(
+        reply_queues(support::rabbitmq_queue_names()),
+        Vec::<String>::new()
+    );
+
+    // What the worker and Celery declared for this test.
+    let conn = lapin::Connection::connect(support::RABBITMQ_URL, Default::default())
+        .await
+        .expect("RabbitMQ");
+    let channel = conn.create_channel().await.expect("a channel");
+    let _ = channel
+        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .await;
+    for name in [
+        queue.clone(),
+        format!("{exchange}.pidbox"),
+        format!("reply.{exchange}.pidbox"),
+    ] {
+        let _ = channel
+            .exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+    }
+}
