@@ -1,4 +1,5 @@
-//! A PostgreSQL server of the test's own, on a free loopback port, that the test
+//! Servers of the test's own: PostgreSQL ([`ThrowawayPostgres`]) and Redis
+//! ([`ThrowawayRedis`]). A PostgreSQL server of the test's own, on a free loopback port, that the test
 //! may stop and start: the machine's shared server is never touched.
 //!
 //! The cluster lives in a temporary folder owned by the `postgres` user (the
@@ -6,11 +7,23 @@
 //! when the value is dropped.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long the server may take to start accepting connections.
 const START_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long a throwaway redis-server may take to accept connections.
+const REDIS_START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// How long a killed redis-server may take to free its port.
+const REDIS_STOP_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Does a loopback port accept connections?
+fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .is_ok()
+}
 
 /// A throwaway PostgreSQL server.
 pub struct ThrowawayPostgres {
@@ -182,5 +195,101 @@ impl Drop for ThrowawayPostgres {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+    }
+}
+
+/// A `redis-server` of the test's own, on a free loopback port, that it may kill and restart.
+pub struct ThrowawayRedis {
+    child: Option<Child>,
+    /// The loopback port it listens on.
+    pub port: u16,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl ThrowawayRedis {
+    /// Starts one (with `extra` arguments such as `--requirepass`), or `None` (skipped)
+    /// when redis-server is not installed.
+    pub fn start(extra: &[&str]) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let port = free_port();
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--save", "", "--appendonly", "no"].map(String::from));
+        args.extend(["--dir".into(), dir.path().display().to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = Self {
+            child: None,
+            port,
+            args,
+            dir,
+        };
+        match server.resume() {
+            Ok(()) => Some(server),
+            Err(e) => crate::unavailable("redis-server (a throwaway one)", e),
+        }
+    }
+
+    /// A server on `port` run with exactly `args` (a sentinel, say), in `dir`; not
+    /// started yet: [`ThrowawayRedis::resume`] starts it.
+    pub fn prepared(port: u16, args: Vec<String>, dir: tempfile::TempDir) -> Self {
+        Self {
+            child: None,
+            port,
+            args,
+            dir,
+        }
+    }
+
+    /// Its folder (for a dump file, say).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts it again on the same port, and waits until it accepts connections.
+    pub fn resume(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while !port_open(self.port) {
+            if started.elapsed() > REDIS_START_DEADLINE {
+                return Err("the throwaway redis-server does not accept connections".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Kills it by its pid (SIGKILL: as abrupt as a crash) and waits until it is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let started = Instant::now();
+        while port_open(self.port) && started.elapsed() < REDIS_STOP_DEADLINE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://[:password@]127.0.0.1:{port}/{db}`.
+    pub fn url(&self, password: Option<&str>, db: u32) -> String {
+        match password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),
+            None => format!("redis://127.0.0.1:{}/{db}", self.port),
+        }
+    }
+}
+
+impl Drop for ThrowawayRedis {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-pub use overseer_testkit::throwaway::free_port;
+pub use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
 use overseer_testkit::unavailable;
 
 /// The Celery version Airflow's provider loads today (5.6 is not yet loadable).
@@ -33,8 +33,6 @@ const VENV_DEADLINE: Duration = Duration::from_secs(900);
 const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
 /// How long a stopped worker or server may take to go.
 const STOP_DEADLINE: Duration = Duration::from_secs(20);
-/// How long a throwaway redis-server may take to accept connections.
-const REDIS_START_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Gives every name of this process its own suffix.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -266,91 +264,6 @@ impl Drop for Worker {
     }
 }
 
-/// A `redis-server` of the test's own, on a free loopback port, that it may kill and restart.
-pub struct ThrowawayRedis {
-    child: Option<Child>,
-    /// The loopback port it listens on.
-    pub port: u16,
-    args: Vec<String>,
-    dir: tempfile::TempDir,
-}
-
-impl ThrowawayRedis {
-    /// Starts one (with `extra` arguments such as `--requirepass`), or `None` (skipped)
-    /// when redis-server is not installed.
-    pub fn start(extra: &[&str]) -> Option<Self> {
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let port = free_port();
-        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        args.extend(["--save", "", "--appendonly", "no"].map(String::from));
-        args.extend(["--dir".into(), dir.path().display().to_string()]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = Self {
-            child: None,
-            port,
-            args,
-            dir,
-        };
-        match server.resume() {
-            Ok(()) => Some(server),
-            Err(e) => unavailable("redis-server (a throwaway one)", e),
-        }
-    }
-
-    /// Its folder (for a dump file, say).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Starts it again on the same port, and waits until it accepts connections.
-    pub fn resume(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("redis-server: {e}"))?;
-        self.child = Some(child);
-        let started = Instant::now();
-        while !port_open(self.port) {
-            if started.elapsed() > REDIS_START_DEADLINE {
-                return Err("the throwaway redis-server does not accept connections".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
-    }
-
-    /// Kills it by its pid (SIGKILL: as abrupt as a crash) and waits until it is gone.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let started = Instant::now();
-        while port_open(self.port) && started.elapsed() < STOP_DEADLINE {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// `redis://[:password@]127.0.0.1:{port}/{db}`.
-    pub fn url(&self, password: Option<&str>, db: u32) -> String {
-        match password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),
-            None => format!("redis://127.0.0.1:{}/{db}", self.port),
-        }
-    }
-}
-
-impl Drop for ThrowawayRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// A Redis Sentinel of the test's own, watching one master under `name`.
 pub struct ThrowawaySentinel {
     server: ThrowawayRedis,
@@ -371,19 +284,15 @@ impl ThrowawaySentinel {
         )
         .expect("writing sentinel.conf");
         let port = free_port();
-        let mut server = ThrowawayRedis {
-            child: None,
-            port,
-            args: vec![
-                conf.display().to_string(),
-                "--sentinel".into(),
-                "--port".into(),
-                port.to_string(),
-                "--bind".into(),
-                "127.0.0.1".into(),
-            ],
-            dir,
-        };
+        let args = vec![
+            conf.display().to_string(),
+            "--sentinel".into(),
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+        ];
+        let mut server = ThrowawayRedis::prepared(port, args, dir);
         match server.resume() {
             Ok(()) => Some(Self { server }),
             Err(e) => unavailable("redis-server --sentinel (a throwaway one)", e),

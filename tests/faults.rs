@@ -1,0 +1,203 @@
+//! Faults, each with the real binary: the metadata database away for 20 s while
+//! the broker dies, SIGTERM, and a restart after `kill -9` with no ghost.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis};
+use serde_json::Value;
+use support::{Serving, get, overseer, workdir};
+
+/// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
+const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
+
+/// How long a test waits for what the service does every few hundred ms.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn health(serving: &Serving) -> Value {
+    let (status, body) = get(&serving.url("/api/v2/monitor/health"));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn until(serving: &Serving, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let json = health(serving);
+        if done(&json) {
+            return json;
+        }
+        assert!(Instant::now() < deadline, "{what}: last {json}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn celery(json: &Value) -> Option<&Value> {
+    json["executor"]["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| i["executor"] == "CeleryExecutor")
+}
+
+#[test]
+fn the_metadata_database_away_for_20s_loses_no_verdict() {
+    let postgres = match ThrowawayPostgres::start() {
+        Ok(server) => server,
+        Err(e) => {
+            overseer_testkit::unavailable::<()>("a throwaway PostgreSQL server", e);
+            return;
+        }
+    };
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", postgres.url())
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0)),
+    );
+    until(&serving, "healthy before the outage", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy")
+    });
+
+    // The database goes away, and while it is away the broker dies too.
+    let outage = Instant::now();
+    postgres.kill();
+    broker.kill();
+    until(
+        &serving,
+        "metadatabase unhealthy while the database is away",
+        |j| j["metadatabase"]["status"] == "unhealthy",
+    );
+    // The service keeps answering through the whole outage.
+    while outage.elapsed() < Duration::from_secs(20) {
+        assert_eq!(health(&serving)["metadatabase"]["status"], "unhealthy");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    postgres.resume().unwrap();
+
+    // The verdict made during the outage reaches the table and the report.
+    let json = until(
+        &serving,
+        "the verdict made during the outage, read back",
+        |j| {
+            j["metadatabase"]["status"] == "healthy"
+                && celery(j).is_some_and(|c| c["health"] == "unhealthy")
+        },
+    );
+    let reason = celery(&json).unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(reason.contains(&broker.url(None, 0)), "{reason}");
+
+    let (code, log) = serving.terminate();
+    assert_eq!(code, Some(0));
+    let failures = log
+        .iter()
+        .filter(|l| l.contains("cannot write to the database"))
+        .count();
+    assert_eq!(
+        failures, 1,
+        "one log line per outage, not one per retry: {log:#?}"
+    );
+    let rows = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &postgres.port.to_string(),
+            "-U",
+            "postgres",
+            "-tAc",
+        ])
+        .arg("SELECT state || ' ' || executor_health FROM job WHERE job_type = 'ExecutorJob'")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&rows.stdout).trim(),
+        "success unhealthy"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_ends_the_rows_with_success_within_2s() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let mut serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env(
+                "AIRFLOW__CORE__EXECUTOR",
+                "LocalExecutor,team:my.company.BatchExecutor",
+            ),
+    );
+    until(&serving, "both rows", |j| {
+        j["executor"]["instances"]
+            .as_array()
+            .is_some_and(|i| i.len() == 2)
+    });
+
+    let sent = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &serving.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ended = "SELECT state FROM job WHERE job_type = 'ExecutorJob' AND end_date IS NOT NULL";
+    while db.strings(ended).await.len() < 2 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "rows not ended 2 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(db.strings(ended).await, ["success", "success"]);
+    assert_eq!(serving.child.wait().unwrap().code(), Some(0));
+}
+
+#[tokio::test]
+async fn after_kill_9_the_restarted_service_reports_no_ghost() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let serve = || {
+        let mut command = overseer(dir.path());
+        command
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor");
+        command
+    };
+    let mut crashed = Serving::start(&mut serve());
+    until(&crashed, "a first verdict", |j| {
+        j["executor"]["instances"][0]["checked_at"].is_string()
+    });
+    std::process::Command::new("kill")
+        .args(["-KILL", &crashed.child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = crashed.child.wait();
+
+    // Restarted at once, while the crashed row's heartbeat is still fresh.
+    let restarted = Serving::start(&mut serve());
+    let json = until(&restarted, "one instance", |j| {
+        j["executor"]["instances"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1)
+    });
+    assert_eq!(
+        json["executor"]["detailed_status"], "healthy",
+        "no ghost makes it degraded: {json}"
+    );
+    assert_eq!(json["executor"]["status"], "healthy");
+    assert_eq!(
+        db.strings("SELECT state FROM job WHERE job_type = 'ExecutorJob' ORDER BY id")
+            .await,
+        ["failed", "running"]
+    );
+}
