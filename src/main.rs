@@ -16,7 +16,16 @@ use overseer_migration::{Migrator, MigratorTrait};
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version print as clap prints them.
+        Err(e) if !e.use_stderr() => e.exit(),
+        // A bad command line is one line, like a bad configuration.
+        Err(e) => {
+            eprintln!("{}", one_line_usage_error(&e));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     logging::init(cli.log_format);
 
     let overrides = Overrides {
@@ -102,6 +111,23 @@ async fn run(command: Command, config: Config) -> anyhow::Result<Verdict> {
                 }
             })
         }
+    }
+}
+
+/// clap's error as one line: its first, with the possible values when it lists them.
+fn one_line_usage_error(error: &clap::Error) -> String {
+    if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return "error: a subcommand is required (see --help)".into();
+    }
+    let rendered = error.render().to_string();
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines
+        .next()
+        .unwrap_or("error: invalid command line")
+        .to_owned();
+    match lines.find(|l| l.starts_with("[possible values:")) {
+        Some(values) => format!("{first} {values}"),
+        None => first,
     }
 }
 

@@ -195,6 +195,50 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
 }
 
 #[test]
+fn a_bad_command_line_is_one_line_and_exit_code_2() {
+    for (args, line) in [
+        (
+            &["serve", "--bind", "nope"][..],
+            "error: invalid value 'nope' for '--bind <ADDR>': invalid socket address syntax",
+        ),
+        (
+            &["frobnicate"],
+            "error: unrecognized subcommand 'frobnicate'",
+        ),
+        (
+            &["migrate", "sideways"],
+            "error: unrecognized subcommand 'sideways'",
+        ),
+        (
+            &["--log-format", "xml", "config"],
+            "error: invalid value 'xml' for '--log-format <LOG_FORMAT>' [possible values: plain, json]",
+        ),
+        (
+            &["jobs", "check", "--limit", "-1"],
+            "error: unexpected argument '-1' found",
+        ),
+        (
+            &["jobs", "check", "--limit", "many"],
+            "error: invalid value 'many' for '--limit <LIMIT>': invalid digit found in string",
+        ),
+        (&[], "error: a subcommand is required (see --help)"),
+        (
+            &["health", "--url"],
+            "error: a value is required for '--url <URL>' but none was supplied",
+        ),
+    ] {
+        let dir = workdir();
+        let out = run(overseer(dir.path()).args(args));
+        assert_eq!(out.code, Some(2), "{args:?}");
+        assert_eq!(out.stderr.trim_end(), line, "{args:?}");
+        assert!(
+            !dir.path().join("overseer.db").exists(),
+            "{args:?}: nothing written"
+        );
+    }
+}
+
+#[test]
 fn a_missing_config_file_named_explicitly_is_an_error() {
     let dir = workdir();
     for (how, command) in [

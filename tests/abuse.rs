@@ -1,0 +1,114 @@
+//! Bad and slow HTTP clients get clean errors and do not disturb the supervision:
+//! while they hammer the server, polls keep going, none is skipped or times out.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{Serving, get, overseer, workdir};
+
+const QUICK: &str = "[supervisor]\npoll_interval = \"200ms\"\npoll_timeout = \"150ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n\n[[executors]]\nname = \"LocalExecutor\"\n";
+
+/// How long the abuse lasts.
+const ABUSE: Duration = Duration::from_secs(3);
+
+/// A counter of ours from `/metrics`.
+fn metric(serving: &Serving, name: &str) -> f64 {
+    let (_, body) = get(&serving.url("/metrics"));
+    body.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {body}"))
+}
+
+/// Sends `request` raw and returns the status line.
+fn raw(address: &str, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = vec![0; 4096];
+    let n = stream.read(&mut answer).unwrap_or(0);
+    String::from_utf8_lossy(&answer[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn bad_and_slow_clients_get_clean_errors_and_the_polls_go_on() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    let polls = r#"overseer_polls_total{executor="LocalExecutor""#;
+    let skipped = r#"overseer_polls_skipped_total{executor="LocalExecutor""#;
+    let timeouts = r#"overseer_poll_timeouts_total{executor="LocalExecutor""#;
+    while metric(&serving, polls) < 1.0 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let polls_before = metric(&serving, polls);
+
+    // Slow clients: 48 connections that send a request one byte at a time.
+    let started = Instant::now();
+    let slow: Vec<_> = (0..48)
+        .map(|_| {
+            let address = serving.address.clone();
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(&address).unwrap();
+                for byte in b"GET /api/v2/monitor/health HTTP/1.1\r\nHost: slow\r\nX-Slow: " {
+                    if stream.write_all(&[*byte]).is_err() || started.elapsed() > ABUSE {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+
+    // Meanwhile, malformed requests get clean answers.
+    let address = serving.address.clone();
+    while started.elapsed() < ABUSE {
+        assert!(
+            raw(
+                &address,
+                b"BREW /api/v2/monitor/health HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            .starts_with("HTTP/1.1 405")
+        );
+        assert!(
+            raw(
+                &address,
+                b"GET /api/v2/monitor/health?strict=%ZZ HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            .starts_with("HTTP/1.1 400")
+        );
+        assert!(
+            raw(
+                &address,
+                b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            .starts_with("HTTP/1.1 404")
+        );
+        assert!(raw(&address, b"\x16\x03\x01 not http at all\r\n\r\n").starts_with("HTTP/1.1 400"));
+        assert_eq!(get(&serving.url("/api/v2/monitor/health")).0, 200);
+    }
+    for client in slow {
+        client.join().unwrap();
+    }
+
+    // The supervision went on undisturbed: polls kept coming, none skipped, none late.
+    let polls_after = metric(&serving, polls);
+    assert!(
+        polls_after > polls_before + 2.0,
+        "polls went on: {polls_before} -> {polls_after}"
+    );
+    assert_eq!(metric(&serving, skipped), 0.0);
+    assert_eq!(metric(&serving, timeouts), 0.0);
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+}
