@@ -12,7 +12,7 @@ use overseer_api::schema::HealthResponse;
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use serde_json::Value;
-use support::{Serving, get, overseer, workdir};
+use support::{Heartbeat, Serving, get, overseer, workdir};
 
 /// Quick intervals, so a test sees several rounds within a second.
 const QUICK: &str = r#"
@@ -86,13 +86,13 @@ async fn write_scene(db: &TestDb) -> Scene {
     scene
 }
 
-/// Keeps the other Overseer's row fresh, as that Overseer would.
-async fn heartbeat_other(db: &TestDb) {
-    db.execute_script(&format!(
-        "UPDATE job SET latest_heartbeat = {} WHERE hostname = 'sched-2' AND job_type = 'ExecutorJob'",
-        stored(db.backend, ago(0))
-    ))
-    .await;
+/// Keeps the other Overseer's row fresh, as that Overseer would, until dropped.
+fn heartbeat_other(db: &TestDb) -> Heartbeat {
+    Heartbeat::start(
+        &db.url,
+        db.backend,
+        "hostname = 'sched-2' AND job_type = 'ExecutorJob'",
+    )
 }
 
 fn start(db: &TestDb) -> (tempfile::TempDir, Serving) {
@@ -121,7 +121,7 @@ async fn health_json_follows_airflows_rules_and_adds_executors(db: TestDb) {
     overseer_migration_up(&db).await;
     let scene = write_scene(&db).await;
     let (_dir, serving) = start(&db);
-    heartbeat_other(&db).await;
+    let _other = heartbeat_other(&db);
 
     let body = health_until(&serving, "both executor rows", |j| {
         j["executor"]["instances"]
@@ -280,18 +280,14 @@ async fn the_stream_sends_the_report_and_each_change_without_reconnecting() {
     overseer_migration_up(&db).await;
     write_scene(&db).await;
     let (_dir, serving) = start(&db);
-    heartbeat_other(&db).await;
+    let _other = heartbeat_other(&db);
 
     let mut events = Events::open(&serving.address);
     let first = events.next_report();
     assert!(first.get("metadatabase").is_some());
 
     // The other host's verdict turns healthy: the stream says so.
-    db.execute_script(&format!(
-        "UPDATE job SET executor_health = 'healthy', executor_health_reason = NULL, latest_heartbeat = {} \
-         WHERE hostname = 'sched-2'",
-        stored(db.backend, ago(0))
-    ))
+    db.execute_script("UPDATE job SET executor_health = 'healthy', executor_health_reason = NULL WHERE hostname = 'sched-2'")
     .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -320,7 +316,7 @@ async fn metrics_expose_verdicts_and_counters_in_prometheus_format() {
     overseer_migration_up(&db).await;
     write_scene(&db).await;
     let (_dir, serving) = start(&db);
-    heartbeat_other(&db).await;
+    let _other = heartbeat_other(&db);
     health_until(&serving, "both executor rows", |j| {
         j["executor"]["instances"]
             .as_array()

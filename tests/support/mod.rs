@@ -150,3 +150,59 @@ pub fn get(url: &str) -> (u16, String) {
         Err(e) => panic!("GET {url}: {e}"),
     }
 }
+
+/// Keeps rows of another process heartbeating, as that process would, until
+/// dropped: every 100 ms it sets `latest_heartbeat` to now on the rows `filter`
+/// selects (an SQL condition), in the form Airflow stores on `backend`.
+pub struct Heartbeat {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    pub fn start(url: &str, backend: sea_orm::DbBackend, filter: &str) -> Self {
+        use sea_orm::ConnectionTrait;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, filter, stopping) = (url.to_owned(), filter.to_owned(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let db = sea_orm::Database::connect(&url)
+                    .await
+                    .expect("the test database");
+                while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now = chrono::Utc::now();
+                    let at = match backend {
+                        sea_orm::DbBackend::Postgres => {
+                            now.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string()
+                        }
+                        _ => now.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+                    };
+                    let _ = db
+                        .execute_unprepared(&format!(
+                            "UPDATE job SET latest_heartbeat = '{at}' WHERE {filter}"
+                        ))
+                        .await;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                let _ = db.close().await;
+            });
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
