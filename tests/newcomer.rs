@@ -1,0 +1,108 @@
+//! A newcomer's path, followed literally from the README on a fresh clone: the
+//! run command starts the service on the embedded SQLite default, the health
+//! endpoint answers, and Ctrl-C stops it cleanly. The test command is the one
+//! CI runs. So the README cannot drift from the truth.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A first build of the workspace crates in the clone (dependencies are shared
+/// through the target folder) and a start-up.
+const START_DEADLINE: Duration = Duration::from_secs(900);
+
+/// The commands of the README's "Two commands" block, comments removed.
+fn readme_commands() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("## Two commands")
+        .nth(1)
+        .expect("a Two commands section");
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    block
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_readme_commands_work_on_a_fresh_clone() {
+    let commands = readme_commands();
+    assert_eq!(commands.len(), 2, "two commands: {commands:?}");
+    let (run, test) = (&commands[0], &commands[1]);
+
+    // The test command is what CI runs.
+    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == test),
+        ".ci/run runs {test:?}"
+    );
+
+    // A fresh clone of this checkout's HEAD.
+    let clone = tempfile::tempdir().unwrap();
+    let cloned = Command::new("git")
+        .args(["clone", "--quiet", env!("CARGO_MANIFEST_DIR")])
+        .arg(clone.path().join("overseer"))
+        .status()
+        .unwrap();
+    assert!(cloned.success());
+    let root = clone.path().join("overseer");
+
+    // The run command, word for word (it needs no shell), in a process group of
+    // its own, as a terminal runs it.
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_owned());
+    let mut child = Command::new("setsid")
+        .args(run.split_whitespace())
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", target)
+        .env_remove("OVERSEER_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let deadline = Instant::now() + START_DEADLINE;
+    let body = loop {
+        if let Ok(response) = ureq::get("http://127.0.0.1:8080/api/v2/monitor/health")
+            .timeout(Duration::from_secs(5))
+            .call()
+        {
+            break response.into_string().unwrap();
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "`{run}` ended before it served"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "`{run}` did not serve on 127.0.0.1:8080"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["metadatabase"]["status"], "healthy");
+    assert!(
+        root.join("overseer.db").exists(),
+        "the embedded SQLite default, in the working folder"
+    );
+
+    // Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
+    let group = format!("-{}", child.id());
+    assert!(
+        Command::new("kill")
+            .args(["-INT", "--", &group])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "Ctrl-C ends it cleanly: {exit:?}");
+}
