@@ -205,3 +205,21 @@ fn an_unreachable_database_fails_with_exit_1_and_no_password() {
     );
     assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
 }
+
+#[test]
+fn log_lines_can_be_json_for_log_shippers() {
+    let dir = workdir();
+    let serving = Serving::start(overseer(dir.path()).args(["--log-format", "json"]));
+    let (code, lines) = serving.terminate();
+    assert_eq!(code, Some(0));
+    assert!(!lines.is_empty());
+    for line in &lines {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(
+            event["level"].is_string() && event["fields"].is_object(),
+            "{line}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.contains("overseer is running")));
+}
