@@ -103,6 +103,8 @@ struct Target {
 /// What the clones of one check share.
 struct Inner {
     targets: Vec<Target>,
+    /// The URL it was built from, to build a fresh check for a restarted actor.
+    broker: BrokerUrl,
     settings: CheckSettings,
     pidbox: Pidbox,
     /// The instance identity: every broker, no credentials.
@@ -183,6 +185,7 @@ impl CeleryCheck {
         Ok(Self {
             inner: Arc::new(Inner {
                 targets,
+                broker: broker.clone(),
                 pidbox: Pidbox::new(&settings.control_exchange),
                 settings,
                 instance: broker.identity(),
@@ -207,7 +210,22 @@ impl CeleryCheck {
 
     /// This check as a supervised executor named `name`, its instance the broker's identity.
     pub fn executor(&self, name: &str) -> Executor {
-        Executor::new(name.to_owned(), self.clone()).with_instance(self.instance().to_owned())
+        // The first actor gets this very check (so its holder sees its probes); an
+        // actor restarted after a panic gets a fresh one, with new connections and
+        // nothing carried over from the incarnation that panicked.
+        let first = Mutex::new(Some(self.clone()));
+        let (broker, settings) = (self.inner.broker.clone(), self.inner.settings.clone());
+        Executor::with_factory(name.to_owned(), move || {
+            let first = first
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take();
+            first.unwrap_or_else(|| {
+                CeleryCheck::new(&broker, settings.clone())
+                    .expect("the same URL and settings built a check before")
+            })
+        })
+        .with_instance(self.instance().to_owned())
     }
 
     /// How this check splits the poll's timeout.
