@@ -12,7 +12,7 @@ use overseer_api::schema::HealthResponse;
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use serde_json::Value;
-use support::{Heartbeat, Serving, get, overseer, workdir};
+use support::{Heartbeat, Serving, get, health_until, overseer, workdir};
 
 /// Quick intervals, so a test sees several rounds within a second.
 const QUICK: &str = r#"
@@ -100,21 +100,6 @@ fn start(db: &TestDb) -> (tempfile::TempDir, Serving) {
     std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
     let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
     (dir, serving)
-}
-
-/// GETs the health until `done` holds (the report refreshes every 100 ms).
-fn health_until(serving: &Serving, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, body) = get(&serving.url("/api/v2/monitor/health"));
-        assert_eq!(status, 200, "{body}");
-        let json: Value = serde_json::from_str(&body).unwrap();
-        if done(&json) {
-            return json;
-        }
-        assert!(std::time::Instant::now() < deadline, "{what}: last {json}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 async fn health_json_follows_airflows_rules_and_adds_executors(db: TestDb) {

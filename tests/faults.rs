@@ -7,31 +7,10 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis};
 use serde_json::Value;
-use support::{Serving, get, overseer, workdir};
+use support::{Serving, health, health_until, overseer, workdir};
 
 /// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
 const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
-
-/// How long a test waits for what the service does every few hundred ms.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-fn health(serving: &Serving) -> Value {
-    let (status, body) = get(&serving.url("/api/v2/monitor/health"));
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-fn until(serving: &Serving, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let json = health(serving);
-        if done(&json) {
-            return json;
-        }
-        assert!(Instant::now() < deadline, "{what}: last {json}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn celery(json: &Value) -> Option<&Value> {
     json["executor"]["instances"]
@@ -60,7 +39,7 @@ fn the_metadata_database_away_for_20s_loses_no_verdict() {
             .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
             .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0)),
     );
-    until(&serving, "healthy before the outage", |j| {
+    health_until(&serving, "healthy before the outage", |j| {
         celery(j).is_some_and(|c| c["health"] == "healthy")
     });
 
@@ -68,7 +47,7 @@ fn the_metadata_database_away_for_20s_loses_no_verdict() {
     let outage = Instant::now();
     postgres.kill();
     broker.kill();
-    until(
+    health_until(
         &serving,
         "metadatabase unhealthy while the database is away",
         |j| j["metadatabase"]["status"] == "unhealthy",
@@ -81,7 +60,7 @@ fn the_metadata_database_away_for_20s_loses_no_verdict() {
     postgres.resume().unwrap();
 
     // The verdict made during the outage reaches the table and the report.
-    let json = until(
+    let json = health_until(
         &serving,
         "the verdict made during the outage, read back",
         |j| {
@@ -137,7 +116,7 @@ async fn sigterm_ends_the_rows_with_success_within_2s() {
                 "LocalExecutor,team:my.company.BatchExecutor",
             ),
     );
-    until(&serving, "both rows", |j| {
+    health_until(&serving, "both rows", |j| {
         j["executor"]["instances"]
             .as_array()
             .is_some_and(|i| i.len() == 2)
@@ -174,7 +153,7 @@ async fn after_kill_9_the_restarted_service_reports_no_ghost() {
         command
     };
     let mut crashed = Serving::start(&mut serve());
-    until(&crashed, "a first verdict", |j| {
+    health_until(&crashed, "a first verdict", |j| {
         j["executor"]["instances"][0]["checked_at"].is_string()
     });
     std::process::Command::new("kill")
@@ -185,7 +164,7 @@ async fn after_kill_9_the_restarted_service_reports_no_ghost() {
 
     // Restarted at once, while the crashed row's heartbeat is still fresh.
     let restarted = Serving::start(&mut serve());
-    let json = until(&restarted, "one instance", |j| {
+    let json = health_until(&restarted, "one instance", |j| {
         j["executor"]["instances"]
             .as_array()
             .is_some_and(|i| i.len() == 1)

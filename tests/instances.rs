@@ -4,25 +4,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
-use support::{Serving, get, overseer, workdir};
+use support::{Serving, health_until, overseer, workdir};
 
 const QUICK: &str = "[supervisor]\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
-
-fn until(serving: &Serving, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, body) = get(&serving.url("/api/v2/monitor/health"));
-        let json: Value = serde_json::from_str(&body).unwrap();
-        if done(&json) {
-            return json;
-        }
-        assert!(Instant::now() < deadline, "{what}: last {json}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn hosts(json: &Value) -> Vec<(String, String)> {
     let mut hosts: Vec<(String, String)> = json["executor"]["instances"]
@@ -69,7 +54,7 @@ async fn two_instances_share_one_database_and_one_broker() {
         ("sched-b".to_owned(), "healthy".to_owned()),
     ];
     for serving in [&a, &b] {
-        until(serving, "both instances healthy", |j| hosts(j) == both);
+        health_until(serving, "both instances healthy", |j| hosts(j) == both);
     }
     let rows =
         "SELECT hostname || ' ' || state FROM job WHERE job_type = 'ExecutorJob' ORDER BY hostname";
@@ -80,7 +65,7 @@ async fn two_instances_share_one_database_and_one_broker() {
 
     let (code, _) = a.terminate();
     assert_eq!(code, Some(0));
-    let json = until(&b, "only sched-b left", |j| hosts(j).len() == 1);
+    let json = health_until(&b, "only sched-b left", |j| hosts(j).len() == 1);
     assert_eq!(hosts(&json), [("sched-b".to_owned(), "healthy".to_owned())]);
     assert_eq!(json["executor"]["status"], "healthy");
     assert_eq!(json["executor"]["detailed_status"], "healthy");

@@ -206,3 +206,28 @@ impl Drop for Heartbeat {
         }
     }
 }
+
+/// The service's health JSON (any status but an error is a failure).
+pub fn health(serving: &Serving) -> serde_json::Value {
+    let (status, body) = get(&serving.url("/api/v2/monitor/health"));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// GETs the health until `done` holds (the report refreshes every few hundred
+/// ms in these tests), and returns it.
+pub fn health_until(
+    serving: &Serving,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + START_DEADLINE;
+    loop {
+        let json = health(serving);
+        if done(&json) {
+            return json;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: last {json}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
