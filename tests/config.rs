@@ -136,12 +136,6 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             line: "error: invalid configuration: thresholds.triggerer (from environment variable AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD): expected a positive number of seconds, got \"soon\"",
         },
         Case {
-            what: "unknown OVERSEER_ variable",
-            toml: None,
-            env: &[("OVERSEER_SUPERVISOR__POLL_INTERVALL", "10s")],
-            line: "error: invalid configuration: supervisor.poll_intervall (from environment variable OVERSEER_SUPERVISOR__POLL_INTERVALL): unknown key (expected one of: hostname, poll_interval, poll_timeout, heartbeat_interval, refresh_interval, failures_before_unhealthy, successes_before_healthy)",
-        },
-        Case {
             what: "bad bind address",
             toml: Some("[api]\nbind = \"localhost\"\n"),
             env: &[],
@@ -192,6 +186,29 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             );
         }
     }
+}
+
+#[test]
+fn an_overseer_variable_that_names_no_key_is_warned_about_and_ignored() {
+    let dir = workdir();
+    let out = run(overseer(dir.path())
+        .env("OVERSEER_SUPERVISOR__POLL_INTERVALL", "3s")
+        .env("OVERSEER_INTEROP_RUN", "1")
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for var in [
+        "OVERSEER_SUPERVISOR__POLL_INTERVALL",
+        "OVERSEER_INTEROP_RUN",
+    ] {
+        let warning = format!("ignoring environment variable {var}: it names no configuration key");
+        assert!(out.stderr.contains(&warning), "{}", out.stderr);
+    }
+    let config: toml::Table = out.stdout.parse().unwrap();
+    assert_eq!(
+        config["supervisor"]["poll_interval"].as_str(),
+        Some("10s"),
+        "the typo changed nothing"
+    );
 }
 
 #[test]

@@ -272,7 +272,10 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     if let Some(path) = &config_file {
         figment = figment.merge(Toml::file_exact(path));
     }
-    figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__").ignore(&ENV_NOT_KEYS));
+    let unknown = unknown_env_keys();
+    let mut ignored: Vec<&str> = ENV_NOT_KEYS.to_vec();
+    ignored.extend(unknown.iter().map(String::as_str));
+    figment = figment.merge(Env::prefixed(ENV_PREFIX).ignore(&ignored).split("__"));
 
     // Airflow's executor list keeps, for each name, what the earlier layers set.
     let earlier = figment
@@ -292,6 +295,33 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     let config: Config = figment.extract().map_err(from_figment)?;
     validate(&config, &figment)?;
     Ok(config)
+}
+
+/// `OVERSEER_*` variables that name no configuration key: each is warned about
+/// once and ignored, as other tools may share the prefix (a typo in a key of
+/// `overseer.toml`, by contrast, stops start-up).
+fn unknown_env_keys() -> Vec<String> {
+    let mut known = Vec::new();
+    let defaults = serde_json::to_value(Config::default()).expect("the defaults serialize");
+    for (section, keys) in defaults.as_object().into_iter().flatten() {
+        known.push(section.clone());
+        for key in keys.as_object().into_iter().flatten().map(|(k, _)| k) {
+            known.push(format!("{section}__{key}"));
+        }
+    }
+    known.push("executors".into());
+    let mut unknown = Vec::new();
+    for (var, _) in std::env::vars() {
+        let Some(key) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        if ENV_NOT_KEYS.contains(&key) || known.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            continue;
+        }
+        tracing::warn!("ignoring environment variable {var}: it names no configuration key");
+        unknown.push(key.to_owned());
+    }
+    unknown
 }
 
 /// The checks serde cannot make: ranges, relations between keys, executor names.

@@ -10,8 +10,9 @@ use sea_orm::sea_query::{
     Expr, MysqlQueryBuilder, Order, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
 };
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
+    AccessMode, ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait,
+    DbBackend, EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
+    TransactionSession, TransactionTrait,
 };
 
 use crate::entity::job::{self, Column, Entity as Job};
@@ -366,7 +367,29 @@ pub async fn finish(
 /// Reads what a report needs, in five statements whatever the table holds: the
 /// most recent job of each type (Airflow's rule), and the open `running` rows
 /// whose heartbeat is younger than `horizon`.
-pub async fn report_rows(
+pub async fn report_rows<C>(db: &C, now: DateTime<Utc>, horizon: Duration) -> Result<JobRows>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    // One snapshot for all five reads, so a write landing between two of them
+    // cannot make the report contradict itself. SQLite's transactions are
+    // serializable already and take no isolation level.
+    let txn = match db.get_database_backend() {
+        DbBackend::Sqlite => db.begin().await?,
+        _ => {
+            db.begin_with_config(
+                Some(IsolationLevel::RepeatableRead),
+                Some(AccessMode::ReadOnly),
+            )
+            .await?
+        }
+    };
+    let rows = read_report_rows(&txn, now, horizon).await?;
+    txn.commit().await?;
+    Ok(rows)
+}
+
+async fn read_report_rows(
     db: &impl ConnectionTrait,
     now: DateTime<Utc>,
     horizon: Duration,

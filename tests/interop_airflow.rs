@@ -1,0 +1,1082 @@
+//! Overseer beside a real Airflow 3.3.2 (issue 6, part 1): the gap it closes,
+//! shown against Airflow itself.
+//!
+//! One test, in phases, each timed and printed:
+//! 1. **install**: a venv with `apache-airflow[postgres]==3.3.2`, the Celery provider and
+//!    `celery<5.6`, made once per machine outside the clone by
+//!    `tests/interop/install-airflow.sh` (cached, behind a lock folder).
+//! 2. **migrate**: a fresh Postgres database; `airflow db migrate`, then `overseer migrate`
+//!    on the same database (Overseer adds its four columns to Airflow's `job` table).
+//! 3. **start-up**: a Redis broker of the test's own, Airflow's `scheduler`, `triggerer`,
+//!    `dag-processor` and `api-server` with `CeleryExecutor`, and `overseer serve` reading
+//!    Airflow's own environment variables; until Airflow's `/api/v2/monitor/health` says
+//!    all three components are healthy.
+//! 4. **agree**: Airflow's health JSON and Overseer's agree on every field Airflow has;
+//!    Overseer adds an `executor` entry, `healthy`, whose instance is the broker.
+//! 5. **broker down**: the broker killed, Overseer says `unhealthy` with a plain reason
+//!    within a poll interval plus the timeout (plus the write and the refresh), while
+//!    Airflow's own endpoint keeps saying everything is healthy; the broker back on the
+//!    same port, `healthy` again.
+//! 6. **Airflow unharmed**: with Overseer's columns in its table, Airflow's scheduler keeps
+//!    heartbeating and `airflow jobs check --job-type SchedulerJob` passes (and
+//!    `overseer jobs check` says the same).
+//! 7. **stop**: SIGTERM, SIGKILL after a grace period, no process left behind (checked),
+//!    the database dropped. A guard does the same when an assertion fails, prints the
+//!    tail of every log and keeps the run's folder.
+//!
+//! Needs Postgres on loopback, `redis-server` and `python3` on the PATH, and PyPI the
+//! first time; without them it says SKIPPED, and fails under `CI`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, FixedOffset};
+use serde_json::Value;
+
+/// The binary under test.
+const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
+/// Makes the cached Airflow venv (idempotent; prints its path on the last line).
+const INSTALL_SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/interop/install-airflow.sh"
+);
+/// The DAG folder's one file: a DAG that never runs, so nothing is ever sent to the broker.
+const DAG: &str = include_str!("interop/dags/overseer_interop.py");
+
+/// Overseer's supervisor, quick enough that a dead broker shows within seconds.
+const POLL_INTERVAL: Duration = Duration::from_secs(2);
+const POLL_TIMEOUT: Duration = Duration::from_secs(1);
+const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1000);
+const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How often Airflow's scheduler, triggerer and DAG processor heartbeat: Airflow's defaults
+/// (`[scheduler] scheduler_heartbeat_sec`, `[triggerer] job_heartbeat_sec`,
+/// `[scheduler] job_heartbeat_sec`, all 5 s), which this test leaves alone.
+const AIRFLOW_HEARTBEAT: Duration = Duration::from_secs(5);
+/// How far apart the two reports' heartbeats may be: Overseer's report is up to one
+/// refresh old, so it may hold the heartbeat before the one Airflow just read; and
+/// Airflow's loops heartbeat when they get round to it, not on the dot (gaps of 6 s are
+/// usual on 2 busy cores), hence one more second.
+const HEARTBEAT_TOLERANCE: Duration = Duration::from_millis(
+    AIRFLOW_HEARTBEAT.as_millis() as u64 + REFRESH_INTERVAL.as_millis() as u64 + 1000,
+);
+/// How long a verdict may take to reach Overseer's report: the next poll, its timeout,
+/// the aggregator's write, the report's refresh, plus 2 s of slack for a debug build on
+/// a 2-core machine next to four busy Airflow processes.
+const VERDICT_DEADLINE: Duration = Duration::from_millis(
+    (POLL_INTERVAL.as_millis()
+        + POLL_TIMEOUT.as_millis()
+        + HEARTBEAT_INTERVAL.as_millis()
+        + REFRESH_INTERVAL.as_millis()
+        + 2000) as u64,
+);
+/// How long the broker stays down while both endpoints are watched (the design measured
+/// Airflow over 40 s; this is long enough to outlast several of Overseer's polls and
+/// several of Airflow's heartbeats).
+const BROKER_DOWN_FOR: Duration = Duration::from_secs(15);
+
+/// Airflow's four processes, from a cold interpreter on 2 cores, until all are healthy.
+const START_DEADLINE: Duration = Duration::from_secs(240);
+/// `airflow db migrate` on an empty database (a few seconds here).
+const MIGRATE_DEADLINE: Duration = Duration::from_secs(300);
+/// `airflow jobs check`, mostly Python start-up.
+const CLI_DEADLINE: Duration = Duration::from_secs(120);
+/// The first install: pip resolving and downloading Airflow without constraint files.
+const INSTALL_DEADLINE: Duration = Duration::from_secs(1800);
+/// SIGTERM, then this long to exit, then SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// Every process this test starts carries `INTEROP_AIRFLOW_RUN=<run id>` in its
+/// environment, and so do their children: how strays are found at the end. (Not
+/// `OVERSEER_*`: Overseer would take it for configuration and refuse to start.)
+const MARKER_VAR: &str = "INTEROP_AIRFLOW_RUN";
+
+#[tokio::test]
+async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
+    let mut timings = Timings::default();
+
+    // 1. install
+    let Some(venv) = airflow_venv(&mut timings) else {
+        return;
+    };
+    if let Err(e) = Command::new("redis-server").arg("--version").output() {
+        overseer_testkit::unavailable::<()>("redis-server", e);
+        return;
+    }
+    let Some(db) = overseer_testkit::postgres().await else {
+        return;
+    };
+
+    let mut run = Run::new(venv, &db.url);
+    eprintln!("interop: run folder {}", run.dir().display());
+
+    // 2. migrate
+    let started = Instant::now();
+    let migrate = run.finish(
+        run.airflow(&["db", "migrate"]),
+        "airflow-db-migrate",
+        MIGRATE_DEADLINE,
+    );
+    assert!(
+        migrate.status.success(),
+        "airflow db migrate failed:\n{}",
+        migrate.log
+    );
+    timings.add("airflow db migrate", started.elapsed());
+    let started = Instant::now();
+    let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
+    assert!(
+        migrate.status.success(),
+        "overseer migrate failed:\n{}",
+        migrate.log
+    );
+    timings.add("overseer migrate", started.elapsed());
+    let columns = db.column_names("job").await;
+    for column in [
+        "executor_health",
+        "executor_health_reason",
+        "executor_instance",
+        "executor_health_checked_at",
+    ] {
+        assert!(
+            columns.iter().any(|c| c == column),
+            "{column} is not in Airflow's job table: {columns:?}"
+        );
+    }
+
+    // 3. start-up
+    let started = Instant::now();
+    run.start_broker();
+    let api_port = run.api_port;
+    run.start("scheduler", run.airflow(&["scheduler"]));
+    run.start(
+        "triggerer",
+        run.airflow(&["triggerer", "--skip-serve-logs"]),
+    );
+    run.start("dag-processor", run.airflow(&["dag-processor"]));
+    run.start(
+        "api-server",
+        run.airflow(&[
+            "api-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &api_port.to_string(),
+            "--workers",
+            "1",
+        ]),
+    );
+    let overseer_addr = run.start_overseer();
+    let airflow_url = format!("http://127.0.0.1:{api_port}/api/v2/monitor/health");
+    let overseer_url = format!("http://{overseer_addr}/api/v2/monitor/health");
+    let airflow = run.wait_until(
+        "Airflow's health says scheduler, triggerer and dag_processor are healthy",
+        START_DEADLINE,
+        || try_get_json(&airflow_url).filter(all_healthy),
+    );
+    eprintln!("interop: Airflow healthy: {airflow}");
+    let executor = run.wait_until(
+        "Overseer's executor entry has a verdict",
+        START_DEADLINE,
+        || {
+            try_get_json(&overseer_url)
+                .and_then(|o| celery_instance(&o))
+                .filter(|i| i["health"] != "unknown")
+        },
+    );
+    // Overseer's report is up to one refresh older than Airflow's answer: wait until it,
+    // too, has seen all three components' rows before comparing the two.
+    run.wait_until(
+        "Overseer's report shows Airflow's components healthy",
+        Duration::from_secs(30),
+        || try_get_json(&overseer_url).filter(all_healthy),
+    );
+    timings.add("start-up (until healthy)", started.elapsed());
+
+    // 4. agree
+    let started = Instant::now();
+    // The health endpoint is public (no credentials sent); Airflow's other routes are not.
+    let (status, _) = get(&airflow_url);
+    assert_eq!(
+        status, 200,
+        "Airflow's health endpoint needs no credentials"
+    );
+    let (dags_status, _) = get(&format!("http://127.0.0.1:{api_port}/api/v2/dags"));
+    assert_eq!(dags_status, 401, "Airflow's other routes want credentials");
+    let broker = format!("redis://127.0.0.1:{}/0", run.broker_port);
+    assert_eq!(executor["health"], "healthy", "{executor}");
+    let mut seen_equal = BTreeSet::new();
+    let mut last_scheduler_heartbeat = None;
+    for sample in 0..15 {
+        let overseer = get_json(&overseer_url);
+        let airflow = get_json(&airflow_url);
+        let problems = disagreements(&airflow, &overseer, &mut seen_equal);
+        assert!(
+            problems.is_empty(),
+            "the reports disagree:\n{}\nAirflow:  {airflow}\nOverseer: {overseer}",
+            problems.join("\n")
+        );
+        assert!(
+            airflow.get("executor").is_none(),
+            "Airflow 3.3.2 has no executor entry: {airflow}"
+        );
+        assert_eq!(overseer["executor"]["status"], "healthy", "{overseer}");
+        let instances = overseer["executor"]["instances"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(instances.len(), 1, "one executor instance: {overseer}");
+        let instance = &instances[0];
+        assert_eq!(instance["executor"], "CeleryExecutor", "{instance}");
+        assert_eq!(
+            instance["instance"],
+            broker.as_str(),
+            "the instance is the broker: {instance}"
+        );
+        assert_eq!(instance["health"], "healthy", "{instance}");
+        assert!(instance["reason"].is_null(), "{instance}");
+        last_scheduler_heartbeat = Some(heartbeat(&airflow, "scheduler"));
+        if seen_equal.len() == 3 {
+            eprintln!("interop: reports agree; every heartbeat seen identical by sample {sample}");
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(
+        seen_equal.len(),
+        3,
+        "each component's heartbeat should read identically in both reports at least once (Overseer reads the same row); only {seen_equal:?} did"
+    );
+    timings.add("reports agree", started.elapsed());
+
+    // 5. broker down
+    let started = Instant::now();
+    run.kill_broker();
+    let killed = Instant::now();
+    let down = run.wait_until(
+        "Overseer says the executor is unhealthy",
+        VERDICT_DEADLINE,
+        || try_get_json(&overseer_url).filter(|o| o["executor"]["status"] == "unhealthy"),
+    );
+    let noticed_after = killed.elapsed();
+    let airflow = get_json(&airflow_url);
+    eprintln!(
+        "interop: broker killed; Overseer said unhealthy after {noticed_after:.1?}: {}",
+        down["executor"]
+    );
+    let instance = celery_instance(&down).expect("the Celery instance is still listed");
+    assert_eq!(instance["health"], "unhealthy", "{instance}");
+    assert_eq!(down["executor"]["detailed_status"], "down", "{down}");
+    let reason = instance["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&broker) && reason.contains("refused") && !reason.contains('\n'),
+        "a plain one-line reason naming the broker: {reason:?}"
+    );
+    assert!(
+        all_healthy(&airflow),
+        "Airflow's own endpoint still says all is well (the gap): {airflow}"
+    );
+    assert!(airflow.get("executor").is_none(), "{airflow}");
+    // Stay down a while: Overseer keeps saying so, Airflow keeps saying nothing is wrong.
+    let until = Instant::now() + BROKER_DOWN_FOR;
+    let mut samples = 0;
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_secs(2));
+        let overseer = get_json(&overseer_url);
+        let airflow = get_json(&airflow_url);
+        assert_eq!(
+            overseer["executor"]["status"], "unhealthy",
+            "the broker is still down: {overseer}"
+        );
+        assert!(
+            all_healthy(&airflow),
+            "Airflow still says all is well with the broker down: {airflow}"
+        );
+        samples += 1;
+    }
+    eprintln!(
+        "interop: broker down for {:.0?}: {samples} samples, Overseer unhealthy and Airflow healthy in each",
+        killed.elapsed()
+    );
+    run.start_broker();
+    let restarted = Instant::now();
+    let up = run.wait_until(
+        "Overseer says the executor is healthy again",
+        VERDICT_DEADLINE,
+        || try_get_json(&overseer_url).filter(|o| o["executor"]["status"] == "healthy"),
+    );
+    eprintln!(
+        "interop: broker back; Overseer said healthy after {:.1?}",
+        restarted.elapsed()
+    );
+    let instance = celery_instance(&up).expect("the Celery instance is listed");
+    assert_eq!(instance["health"], "healthy", "{instance}");
+    assert!(instance["reason"].is_null(), "{instance}");
+    assert_eq!(instance["instance"], broker.as_str(), "{instance}");
+    timings.add("broker down and back", started.elapsed());
+
+    // 6. Airflow unharmed
+    let started = Instant::now();
+    let before = last_scheduler_heartbeat.expect("a scheduler heartbeat was read");
+    let airflow = run.wait_until(
+        "Airflow's scheduler heartbeats again",
+        Duration::from_secs(60),
+        || try_get_json(&airflow_url).filter(|a| heartbeat(a, "scheduler") > before),
+    );
+    assert!(all_healthy(&airflow), "{airflow}");
+    let rows = db
+        .strings(
+            "SELECT job_type || ' ' || state || ' ' || executor_health FROM job \
+             WHERE end_date IS NULL AND job_type <> 'ExecutorJob' ORDER BY job_type",
+        )
+        .await;
+    assert_eq!(
+        rows,
+        [
+            "DagProcessorJob running unknown",
+            "SchedulerJob running unknown",
+            "TriggererJob running unknown"
+        ],
+        "Airflow's own rows, written after Overseer's columns were added, take the columns' default"
+    );
+    // The DAG processor parsed the test's DAG and wrote it (it does so at start-up).
+    let until = Instant::now() + Duration::from_secs(60);
+    while db
+        .strings("SELECT dag_id FROM dag WHERE dag_id = 'overseer_interop'")
+        .await
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < until,
+            "Airflow's DAG processor never stored the test's DAG"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let check = run.finish(
+        run.airflow(&["jobs", "check", "--job-type", "SchedulerJob"]),
+        "airflow-jobs-check",
+        CLI_DEADLINE,
+    );
+    assert!(
+        check.status.success(),
+        "airflow jobs check --job-type SchedulerJob: {}\n{}",
+        check.status,
+        check.log
+    );
+    assert!(check.log.contains("Found one alive job."), "{}", check.log);
+    let ours = run.finish(
+        run.overseer(&["jobs", "check", "--job-type", "SchedulerJob"]),
+        "overseer-jobs-check",
+        CLI_DEADLINE,
+    );
+    assert!(
+        ours.status.success(),
+        "overseer jobs check --job-type SchedulerJob: {}\n{}",
+        ours.status,
+        ours.log
+    );
+    assert!(ours.log.contains("Found one alive job."), "{}", ours.log);
+    timings.add("Airflow unharmed", started.elapsed());
+
+    // 7. stop
+    let started = Instant::now();
+    let status = run.stop_overseer();
+    assert!(
+        status.success(),
+        "overseer serve ends cleanly on SIGTERM: {status}"
+    );
+    let executor_rows = db
+        .strings("SELECT state || ' ' || (end_date IS NOT NULL)::text FROM job WHERE job_type = 'ExecutorJob'")
+        .await;
+    assert_eq!(executor_rows, ["success true"], "Overseer ended its row");
+    let strays = run.stop_all();
+    assert!(strays.is_empty(), "processes left behind: {strays:?}");
+    timings.add("stop", started.elapsed());
+    drop(run);
+    drop(db);
+    eprintln!("interop: phase timings\n{}", timings.render());
+}
+
+/// The cached venv, made (or waited for) by the install script; `None` when it cannot be
+/// made here (skipped, or a failure under CI).
+fn airflow_venv(timings: &mut Timings) -> Option<PathBuf> {
+    let started = Instant::now();
+    let log = tempfile::NamedTempFile::new().expect("a log file");
+    let mut child = Command::new("bash")
+        .arg(INSTALL_SCRIPT)
+        .stdout(Stdio::piped())
+        .stderr(log.reopen().expect("the log file"))
+        .spawn()
+        .expect("bash runs");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        out
+    });
+    let status = wait_deadline(&mut child, INSTALL_DEADLINE);
+    let out = reader.join().unwrap_or_default();
+    let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+    timings.add("install (cached after the first run)", started.elapsed());
+    let venv = out.lines().last().map(PathBuf::from);
+    match (status, venv) {
+        (Some(status), Some(venv)) if status.success() && venv.join("bin/airflow").exists() => {
+            let seconds =
+                std::fs::read_to_string(venv.join(".install-seconds")).unwrap_or_default();
+            eprintln!(
+                "interop: Airflow venv {} (its install took {}s; this run waited {:.1?})",
+                venv.display(),
+                seconds.trim(),
+                started.elapsed()
+            );
+            Some(venv)
+        }
+        (status, _) => overseer_testkit::unavailable(
+            "the Airflow 3.3.2 venv (pip install from PyPI)",
+            format!(
+                "{INSTALL_SCRIPT} ended with {status:?}:\n{}",
+                tail(&log, 30)
+            ),
+        ),
+    }
+}
+
+/// One run: its folder, its processes, the ports and the environment they share.
+/// Dropping it stops every process (also when an assertion failed).
+struct Run {
+    /// Airflow's home, the DAG folder, every log; kept when the test fails.
+    dir: Option<tempfile::TempDir>,
+    /// The cached venv Airflow runs from.
+    venv: PathBuf,
+    /// Airflow's SQLAlchemy URL for the test's database.
+    sql_alchemy_conn: String,
+    /// The loopback port of the test's own Redis, the Celery broker.
+    broker_port: u16,
+    /// The loopback port of Airflow's `api-server`.
+    api_port: u16,
+    /// Signs the tokens Airflow's components hand each other: one value for all of them.
+    jwt_secret: String,
+    /// The value of [`MARKER_VAR`] for this run.
+    marker: String,
+    /// The long-running processes the test started, in order.
+    processes: Vec<Process>,
+    /// Every process of ours ever seen alive, by (pid, start time): what `stop_all` ends.
+    seen: BTreeSet<(u32, u64)>,
+    /// Set once `stop_all` ran, so dropping does not run it again.
+    stopped: bool,
+}
+
+/// A process the test started, and the file its output goes to.
+struct Process {
+    /// Names its log file, and it in failure messages.
+    name: String,
+    child: Child,
+    log: PathBuf,
+    /// Waited for already: its pid may belong to someone else now, never signal it.
+    reaped: bool,
+}
+
+/// What a finished command printed, and how it ended.
+struct Finished {
+    status: ExitStatus,
+    log: String,
+}
+
+impl Run {
+    fn new(venv: PathBuf, db_url: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("overseer-interop-")
+            .tempdir()
+            .expect("a run folder");
+        std::fs::create_dir_all(dir.path().join("dags")).unwrap();
+        std::fs::create_dir_all(dir.path().join("airflow-home")).unwrap();
+        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+        std::fs::write(dir.path().join("dags/overseer_interop.py"), DAG).unwrap();
+        let sql_alchemy_conn = match db_url.split_once("://") {
+            Some((_, rest)) => format!("postgresql+psycopg2://{rest}"),
+            None => panic!("a Postgres URL: {db_url}"),
+        };
+        let marker = overseer_testkit::unique_name("interop");
+        Self {
+            dir: Some(dir),
+            venv,
+            sql_alchemy_conn,
+            broker_port: overseer_testkit::throwaway::free_port(),
+            api_port: overseer_testkit::throwaway::free_port(),
+            jwt_secret: format!("overseer-interop-{marker}"),
+            marker,
+            processes: Vec::new(),
+            seen: BTreeSet::new(),
+            stopped: false,
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("the run folder").path()
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.dir().join("logs").join(format!("{name}.log"))
+    }
+
+    /// A command with a clean environment: the basics, the venv first on the PATH, the
+    /// run's marker, and Airflow's configuration (which Overseer reads too).
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        command
+            .current_dir(self.dir())
+            .env_clear()
+            .stdin(Stdio::null());
+        for var in ["HOME", "TMPDIR", "LANG"] {
+            if let Ok(value) = std::env::var(var) {
+                command.env(var, value);
+            }
+        }
+        let path = std::env::var("PATH").unwrap_or_default();
+        command
+            .env(
+                "PATH",
+                format!("{}:{path}", self.venv.join("bin").display()),
+            )
+            .env(MARKER_VAR, &self.marker)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("AIRFLOW_HOME", self.dir().join("airflow-home"))
+            .env(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                &self.sql_alchemy_conn,
+            )
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env(
+                "AIRFLOW__CELERY__BROKER_URL",
+                format!("redis://127.0.0.1:{}/0", self.broker_port),
+            )
+            .env("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+            .env("AIRFLOW__CORE__DAGS_FOLDER", self.dir().join("dags"))
+            // Airflow's default is localhost:8080, which may be anyone's: point at ours.
+            .env(
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+                format!("http://127.0.0.1:{}/execution/", self.api_port),
+            )
+            .env("AIRFLOW__API_AUTH__JWT_SECRET", &self.jwt_secret)
+            // One parsing process is plenty for one DAG on 2 cores.
+            .env("AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES", "1");
+        command
+    }
+
+    fn airflow(&self, args: &[&str]) -> Command {
+        let mut command = self.command(self.venv.join("bin/airflow"));
+        command.args(args);
+        command
+    }
+
+    fn overseer(&self, args: &[&str]) -> Command {
+        let mut command = self.command(OVERSEER);
+        command
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env(
+                "OVERSEER_SUPERVISOR__POLL_INTERVAL",
+                duration(POLL_INTERVAL),
+            )
+            .env("OVERSEER_SUPERVISOR__POLL_TIMEOUT", duration(POLL_TIMEOUT))
+            .env(
+                "OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL",
+                duration(HEARTBEAT_INTERVAL),
+            )
+            .env(
+                "OVERSEER_SUPERVISOR__REFRESH_INTERVAL",
+                duration(REFRESH_INTERVAL),
+            );
+        command
+    }
+
+    /// Starts a long-running process, its output to `logs/<name>.log`.
+    fn start(&mut self, name: &str, mut command: Command) {
+        let log = self.log_path(name);
+        let file = std::fs::File::create(&log).expect("a log file");
+        let child = command
+            .stdout(file.try_clone().expect("the log file"))
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        self.processes.push(Process {
+            name: name.to_owned(),
+            child,
+            log,
+            reaped: false,
+        });
+        self.note_ours();
+    }
+
+    /// Runs a command to its end (killed at `deadline`), its output to `logs/<name>.log`.
+    fn finish(&mut self, mut command: Command, name: &str, deadline: Duration) -> Finished {
+        let log = self.log_path(name);
+        let file = std::fs::File::create(&log).expect("a log file");
+        let mut child = command
+            .stdout(file.try_clone().expect("the log file"))
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        let status = wait_deadline(&mut child, deadline);
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        match status {
+            Some(status) => Finished { status, log },
+            None => panic!(
+                "{name} did not finish within {deadline:?}:\n{}",
+                tail(&log, 40)
+            ),
+        }
+    }
+
+    /// The test's own Redis on `broker_port`, started (again) and answering.
+    fn start_broker(&mut self) {
+        // A restart logs to a file of its own, beside the first broker's.
+        let starts = self
+            .processes
+            .iter()
+            .filter(|p| p.name.starts_with("redis"))
+            .count();
+        let name = if starts == 0 {
+            "redis".to_owned()
+        } else {
+            format!("redis-{}", starts + 1)
+        };
+        let dir = self.dir().to_owned();
+        let mut command = self.command("redis-server");
+        command
+            .args([
+                "--port",
+                &self.broker_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&dir);
+        self.start(&name, command);
+        let port = self.broker_port;
+        self.wait_until(
+            "the test's Redis accepts connections",
+            Duration::from_secs(30),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+        );
+    }
+
+    /// Kills the test's Redis (SIGKILL: the broker dies, it does not shut down) and waits
+    /// until its port is closed.
+    fn kill_broker(&mut self) {
+        let process = self
+            .processes
+            .iter_mut()
+            .find(|p| p.name.starts_with("redis") && !p.reaped)
+            .expect("the broker runs");
+        signal(process.child.id(), "KILL");
+        let _ = process.child.wait();
+        process.reaped = true;
+        let port = self.broker_port;
+        self.wait_until(
+            "the broker's port is closed",
+            Duration::from_secs(10),
+            || {
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .is_err()
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Starts `overseer serve --bind 127.0.0.1:0` and returns the address it logs.
+    fn start_overseer(&mut self) -> String {
+        let command = self.overseer(&["serve", "--bind", "127.0.0.1:0"]);
+        self.start("overseer", command);
+        let log = self.log_path("overseer");
+        self.wait_until(
+            "overseer serve says it is running",
+            Duration::from_secs(60),
+            || {
+                std::fs::read_to_string(&log).ok().and_then(|text| {
+                    text.split("listening on http://")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .map(str::to_owned)
+                })
+            },
+        )
+    }
+
+    /// SIGTERM to `overseer serve`, and its exit status.
+    fn stop_overseer(&mut self) -> ExitStatus {
+        let process = self
+            .processes
+            .iter_mut()
+            .find(|p| p.name == "overseer" && !p.reaped)
+            .expect("overseer runs");
+        signal(process.child.id(), "TERM");
+        let status = wait_deadline(&mut process.child, STOP_GRACE);
+        let status = status.unwrap_or_else(|| {
+            signal(process.child.id(), "KILL");
+            process.child.wait().expect("overseer is reaped")
+        });
+        process.reaped = true;
+        status
+    }
+
+    /// Polls `probe` every 250 ms until it answers, failing the test (with every process's
+    /// log tail) at `deadline`; a process of ours that died meanwhile fails it at once.
+    fn wait_until<T>(
+        &mut self,
+        what: &str,
+        deadline: Duration,
+        mut probe: impl FnMut() -> Option<T>,
+    ) -> T {
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(answer) = probe() {
+                return answer;
+            }
+            self.note_ours();
+            for process in &self.processes {
+                if !process.reaped && !alive(process.child.id()) {
+                    panic!(
+                        "{what}: {} exited meanwhile:\n{}",
+                        process.name,
+                        tail(&read(&process.log), 40)
+                    );
+                }
+            }
+            assert!(Instant::now() < until, "{what}: not within {deadline:?}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Remembers every live process of this run: the ones started, their descendants, and
+    /// any carrying the run's marker (a child whose parent died is no longer a descendant).
+    fn note_ours(&mut self) {
+        let leaders: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|p| !p.reaped)
+            .map(|p| p.child.id())
+            .collect();
+        let table = proc_table();
+        let parents: HashMap<u32, u32> = table.iter().map(|p| (p.pid, p.ppid)).collect();
+        // Walks up the parents (at most 64 generations, in case of a cycle from pid reuse).
+        let descends = |pid: u32| {
+            std::iter::successors(Some(pid), |p| parents.get(p).copied())
+                .take(64)
+                .any(|ancestor| leaders.contains(&ancestor))
+        };
+        for process in &table {
+            if descends(process.pid) || process.marked(&self.marker) {
+                self.seen.insert((process.pid, process.start));
+            }
+        }
+    }
+
+    /// Stops everything still running: SIGTERM to the processes the test started, SIGKILL
+    /// to whatever of ours is left after the grace period. Returns the processes that
+    /// outlived even that (should be none).
+    fn stop_all(&mut self) -> Vec<String> {
+        self.stopped = true;
+        self.note_ours();
+        for process in self.processes.iter().filter(|p| !p.reaped) {
+            signal(process.child.id(), "TERM");
+        }
+        let until = Instant::now() + STOP_GRACE;
+        while Instant::now() < until && !self.still_alive().is_empty() {
+            self.note_ours();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (pid, _) in self.still_alive() {
+            signal(pid, "KILL");
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && !self.still_alive().is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for process in self.processes.iter_mut().filter(|p| !p.reaped) {
+            let _ = process.child.wait();
+            process.reaped = true;
+        }
+        self.note_ours();
+        self.still_alive()
+            .into_iter()
+            .map(|(pid, _)| format!("{pid}: {}", cmdline(pid)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(
+                proc_table()
+                    .into_iter()
+                    .filter(|p| p.marked(&self.marker))
+                    .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid))),
+            )
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// The processes of ours that still run (the same pid and start time as when seen).
+    fn still_alive(&self) -> Vec<(u32, u64)> {
+        self.seen
+            .iter()
+            .copied()
+            .filter(|&(pid, start)| {
+                proc_stat(pid).is_some_and(|p| p.start == start && p.state != 'Z')
+            })
+            .collect()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut tails = String::new();
+            for process in &self.processes {
+                let _ = writeln!(tails, "---- {} ({})", process.name, process.log.display());
+                let _ = writeln!(tails, "{}", tail(&read(&process.log), 40));
+            }
+            eprintln!("interop: the test failed; the last lines of each process:\n{tails}");
+        }
+        if !self.stopped {
+            let strays = self.stop_all();
+            if !strays.is_empty() {
+                eprintln!("interop: could not stop {strays:?}");
+            }
+        }
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("interop: kept the run folder {}", dir.keep().display());
+        }
+    }
+}
+
+/// One line of `/proc/<pid>/stat`, the fields this test needs.
+struct ProcStat {
+    pid: u32,
+    ppid: u32,
+    state: char,
+    /// Clock ticks after boot: with the pid, names a process even after pid reuse.
+    start: u64,
+}
+
+impl ProcStat {
+    fn marked(&self, marker: &str) -> bool {
+        let needle = format!("{MARKER_VAR}={marker}");
+        self.state != 'Z'
+            && std::fs::read(format!("/proc/{}/environ", self.pid))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+    }
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields start after the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        pid,
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn proc_table() -> Vec<ProcStat> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(proc_stat)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True while `pid` runs (a zombie waiting to be reaped has stopped running).
+fn alive(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|p| p.state != 'Z')
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Waits for `child` until `deadline`; kills it and answers `None` when it is late.
+fn wait_deadline(child: &mut Child, deadline: Duration) -> Option<ExitStatus> {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A GET with no credentials: status and body, any status; a transport error is a 0.
+fn get(url: &str) -> (u16, String) {
+    match ureq::get(url).timeout(Duration::from_secs(10)).call() {
+        Ok(response) => (
+            response.status(),
+            response.into_string().unwrap_or_default(),
+        ),
+        Err(ureq::Error::Status(status, response)) => {
+            (status, response.into_string().unwrap_or_default())
+        }
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// A health report, or `None` while the server is not answering 200 with JSON.
+fn try_get_json(url: &str) -> Option<Value> {
+    match get(url) {
+        (200, body) => serde_json::from_str(&body).ok(),
+        _ => None,
+    }
+}
+
+fn get_json(url: &str) -> Value {
+    let (status, body) = get(url);
+    assert_eq!(status, 200, "GET {url}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+}
+
+/// Airflow's three components, as the health JSON names them.
+const COMPONENTS: [&str; 3] = ["scheduler", "triggerer", "dag_processor"];
+
+/// The metadatabase and all three components healthy.
+fn all_healthy(report: &Value) -> bool {
+    report["metadatabase"]["status"] == "healthy"
+        && COMPONENTS.iter().all(|c| report[c]["status"] == "healthy")
+}
+
+/// A component's latest heartbeat in a report.
+fn heartbeat(report: &Value, component: &str) -> DateTime<FixedOffset> {
+    let text = report[component][format!("latest_{component}_heartbeat")].as_str();
+    text.and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .unwrap_or_else(|| panic!("{component} has no heartbeat: {report}"))
+}
+
+/// Overseer's Celery executor instance, if listed.
+fn celery_instance(report: &Value) -> Option<Value> {
+    report["executor"]["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| i["executor"] == "CeleryExecutor")
+        .cloned()
+}
+
+/// Where Overseer's report differs from Airflow's on a field Airflow has. Heartbeats may
+/// differ by [`HEARTBEAT_TOLERANCE`] (the two were read at different moments); the
+/// components whose heartbeats were identical (same text) go into `seen_equal`.
+fn disagreements(
+    airflow: &Value,
+    overseer: &Value,
+    seen_equal: &mut BTreeSet<String>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(components) = airflow.as_object() else {
+        return vec![format!("Airflow's report is not an object: {airflow}")];
+    };
+    for (component, fields) in components {
+        let Some(fields) = fields.as_object() else {
+            problems.push(format!("Airflow's {component} is not an object"));
+            continue;
+        };
+        for (field, theirs) in fields {
+            let Some(ours) = overseer.get(component).and_then(|c| c.get(field)) else {
+                problems.push(format!(
+                    "{component}.{field}: missing from Overseer's report"
+                ));
+                continue;
+            };
+            if !field.ends_with("_heartbeat") {
+                if theirs != ours {
+                    problems.push(format!(
+                        "{component}.{field}: Airflow {theirs}, Overseer {ours}"
+                    ));
+                }
+                continue;
+            }
+            let parse = |v: &Value| {
+                v.as_str()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            };
+            match (parse(theirs), parse(ours)) {
+                (Some(a), Some(o)) => {
+                    let apart = (a - o).abs().to_std().unwrap_or_default();
+                    if apart > HEARTBEAT_TOLERANCE {
+                        problems.push(format!(
+                            "{component}.{field}: Airflow {theirs}, Overseer {ours}: {apart:?} apart, more than {HEARTBEAT_TOLERANCE:?}"
+                        ));
+                    } else if theirs == ours {
+                        seen_equal.insert(component.clone());
+                    } else if a == o {
+                        problems.push(format!("{component}.{field}: the same instant written differently: Airflow {theirs}, Overseer {ours}"));
+                    }
+                }
+                _ => problems.push(format!(
+                    "{component}.{field}: Airflow {theirs}, Overseer {ours}: not both timestamps"
+                )),
+            }
+        }
+    }
+    problems
+}
+
+/// A duration as Overseer's configuration writes it.
+fn duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// How long each phase took, printed at the end.
+#[derive(Default)]
+struct Timings(Vec<(String, Duration)>);
+
+impl Timings {
+    fn add(&mut self, phase: &str, took: Duration) {
+        eprintln!("interop: {phase}: {took:.1?}");
+        self.0.push((phase.to_owned(), took));
+    }
+
+    fn render(&self) -> String {
+        let total: Duration = self.0.iter().map(|(_, d)| *d).sum();
+        let mut text = String::new();
+        for (phase, took) in &self.0 {
+            let _ = writeln!(text, "  {phase:<40} {took:>8.1?}");
+        }
+        let _ = write!(text, "  {:<40} {total:>8.1?}", "total");
+        text
+    }
+}
