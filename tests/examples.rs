@@ -79,3 +79,41 @@ fn the_actix_web_example_serves_the_report() {
 
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_check_that_panics_every_time_for_a_minute_backs_off_and_the_process_stays_up() {
+    let out = Command::new(example("panicking_check"))
+        .env("EXAMPLE_RUN_FOR", "60s")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("still up after 60s"), "{stdout}");
+    assert!(
+        stdout.contains("verdict: unhealthy: health check panicked"),
+        "the verdict names the panic: {stdout}"
+    );
+    let counts: Vec<u64> = stdout
+        .lines()
+        .find(|l| l.starts_with("BuggyExecutor: "))
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let (polls, panics, restarts) = (counts[0], counts[1], counts[2]);
+    // Polled about once a second, but the check ran only until the limit (6
+    // panics, restarts 1-6 in the first seconds), then once after a 30 s back-off.
+    assert!(polls >= 30, "polled all along: {stdout}");
+    assert_eq!(
+        panics, restarts,
+        "every panic restarted the actor: {stdout}"
+    );
+    assert!(
+        (6..=8).contains(&panics),
+        "backed off after the limit, not once a second: {stdout}"
+    );
+}

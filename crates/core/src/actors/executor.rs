@@ -203,10 +203,10 @@ impl Handler<CheckHealth> for ExecutorActor {
         if let Some(until) = self.backoff_until {
             if Instant::now() < until {
                 let reason = format!(
-                    "health check panicked {} times within {}; not run again for {}",
+                    "health check panicked {} times within {}; not run again for {}s",
                     self.restarts.len(),
                     short_duration(self.policy.window),
-                    short_duration(until - Instant::now()),
+                    (until - Instant::now()).as_secs_f64().ceil(),
                 );
                 return Box::pin(actix::fut::ready(ExecutorHealth::unhealthy(reason)));
             }
