@@ -20,11 +20,11 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Run the benchmarks (optimised build, installs wrk if missing) and print their figures.
-bench:
+# Run every benchmark side by side (release; installs wrk if missing): prints the tables and
+# rewrites BENCHMARKS.md and docs/bench/*.svg. `just bench --smoke` / `--only scale,http` write to a temp folder.
+bench *ARGS:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
-    cargo bench --bench supervision
-    cargo bench --bench http
+    cargo run --release -p overseer-bench -- {{ARGS}}
 
 # Everything CI runs, services included: the same script CI uses.
 ci:

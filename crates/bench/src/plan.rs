@@ -1,0 +1,85 @@
+//! How much to measure: the full run (`just bench`, under 20 minutes on a
+//! 2-core machine, build included) or the smoke run (`--smoke`, for CI: tiny
+//! sizes, one run each, seconds in all, no assertion on any figure).
+
+/// Sizes, lengths and repetitions of every section.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub smoke: bool,
+    /// Runs of each scenario (interleaved, so drift on a busy machine hits all alike).
+    pub runs: usize,
+
+    /// Hung executors beside the host loop (0 = Overseer with no executor).
+    pub loop_hung: Vec<usize>,
+    pub loop_warmup_s: f64,
+    pub loop_seconds: f64,
+
+    /// Executors polled every second.
+    pub scale_executors: Vec<usize>,
+    pub scale_warmup_s: f64,
+    pub scale_seconds: f64,
+
+    /// Broker kills per poll setting: (poll interval s, kills).
+    pub detection: Vec<(u64, usize)>,
+    /// `celery inspect ping` runs against a dead broker.
+    pub inspect_dead_runs: usize,
+
+    /// wrk connection counts, seconds per wrk run, and warm-up seconds.
+    pub http_connections: Vec<u32>,
+    pub http_seconds: u32,
+    pub http_warmup: u32,
+    /// Whether Airflow's API server is measured (when its venv exists).
+    pub airflow: bool,
+
+    /// Samples of Overseer's check (pooled, fresh), of the check with a worker
+    /// ping (each waits the 1 s ping window), and of each Python command.
+    pub celery_samples: usize,
+    pub celery_ping_samples: usize,
+    pub python_runs: usize,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            smoke: false,
+            runs: 3,
+            loop_hung: vec![0, 10, 100, 1000],
+            loop_warmup_s: 0.5,
+            loop_seconds: 4.0,
+            scale_executors: vec![10, 100, 1_000, 10_000, 50_000],
+            scale_warmup_s: 2.0,
+            scale_seconds: 6.0,
+            detection: vec![(1, 7), (10, 5)],
+            inspect_dead_runs: 3,
+            http_connections: vec![32, 256],
+            http_seconds: 4,
+            http_warmup: 2,
+            airflow: true,
+            celery_samples: 20,
+            celery_ping_samples: 5,
+            python_runs: 5,
+        }
+    }
+
+    pub fn smoke() -> Self {
+        Self {
+            smoke: true,
+            runs: 1,
+            loop_hung: vec![0, 10],
+            loop_warmup_s: 0.2,
+            loop_seconds: 1.0,
+            scale_executors: vec![10, 100],
+            scale_warmup_s: 1.0,
+            scale_seconds: 2.0,
+            detection: vec![(1, 1)],
+            inspect_dead_runs: 1,
+            http_connections: vec![8],
+            http_seconds: 1,
+            http_warmup: 1,
+            airflow: false,
+            celery_samples: 3,
+            celery_ping_samples: 1,
+            python_runs: 1,
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! One module per section of the report, in the report's order. Each runs its
+//! scenarios (with warm-ups, several runs, interleaved), draws its charts and
+//! returns its Markdown.
+
+pub mod celery;
+pub mod detection;
+pub mod http;
+pub mod main_loop;
+pub mod scale;
