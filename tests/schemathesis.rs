@@ -13,32 +13,12 @@ use support::{Serving, overseer, workdir};
 /// Pinned, so a new release cannot change what CI checks overnight.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
-/// A venv with Schemathesis, made once per machine outside the clone (this is
-/// its only test, so nothing races to make it).
+/// A venv with Schemathesis, made once per machine outside the clone.
 fn schemathesis() -> Option<PathBuf> {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/tmp".into());
-    let venv = PathBuf::from(home).join(".cache/overseer/schemathesis-4.32.5-venv");
-    let st = venv.join("bin/st");
-    if st.exists() {
-        return Some(st);
+    match overseer_testkit::venv::ensure("schemathesis-4.32.5-venv", &[SCHEMATHESIS]) {
+        Ok(venv) => Some(venv.join("bin/st")),
+        Err(e) => overseer_testkit::unavailable("a Python venv with Schemathesis", e),
     }
-    let _ = std::fs::remove_dir_all(&venv);
-    let made = Command::new("python3")
-        .arg("-m")
-        .arg("venv")
-        .arg(&venv)
-        .status();
-    if !made.is_ok_and(|s| s.success()) {
-        return overseer_testkit::unavailable("python3 -m venv", "cannot make a venv");
-    }
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", SCHEMATHESIS])
-        .status();
-    if !installed.is_ok_and(|s| s.success()) || !st.exists() {
-        let _ = std::fs::remove_dir_all(&venv);
-        return overseer_testkit::unavailable("PyPI", format!("pip install {SCHEMATHESIS} failed"));
-    }
-    Some(st)
 }
 
 #[tokio::test]

@@ -11,11 +11,13 @@
 //!   skipped); with `CI` set an unreachable server fails the test.
 //! - [`airflow_job_ddl`]: the `job` table as Airflow 3.3.2 creates it on each backend.
 //! - [`throwaway`]: a PostgreSQL server of the test's own, to stop and start.
+//! - [`venv`]: Python venvs (Celery, Schemathesis), built once per machine.
 //!
 //! The servers default to the machine's shared ones on loopback; `TESTKIT_POSTGRES_URL`
 //! and `TESTKIT_MARIADB_URL` point elsewhere (an admin connection that may create databases).
 
 pub mod throwaway;
+pub mod venv;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -20,15 +20,11 @@ use std::time::{Duration, Instant, SystemTime};
 pub use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
 use overseer_testkit::unavailable;
 
-/// The Celery version Airflow's provider loads today (5.6 is not yet loadable).
-pub const CELERY: &str = "celery[redis]==5.5.3";
 /// The machine's Redis, as `.ci/run` starts it.
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 /// The machine's RabbitMQ, guest/guest on vhost `/`.
 pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
 
-/// How long building the venv may take (pip install on 2 cores).
-const VENV_DEADLINE: Duration = Duration::from_secs(900);
 /// How long a Celery worker may take to say it is ready.
 const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
 /// How long a stopped worker or server may take to go.
@@ -73,76 +69,9 @@ pub fn redis_conn(url: &str) -> redis::Connection {
 
 /// The Celery venv, built once per machine, or `None` (skipped) when it cannot be.
 pub fn venv() -> Option<PathBuf> {
-    match build_venv() {
+    match overseer_testkit::venv::celery() {
         Ok(path) => Some(path),
         Err(e) => unavailable("a Python venv with Celery 5.5.3", e),
-    }
-}
-
-fn build_venv() -> Result<PathBuf, String> {
-    if let Ok(path) = std::env::var("OVERSEER_CELERY_VENV") {
-        return Ok(PathBuf::from(path));
-    }
-    let home = std::env::var("HOME").map_err(|_| "HOME is not set")?;
-    let cache = Path::new(&home).join(".cache/overseer");
-    std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    let venv = cache.join("celery-5.5.3-venv");
-    let ready = venv.join(".overseer-ready");
-    let lock = cache.join("celery-5.5.3-venv.lock");
-    let started = Instant::now();
-    loop {
-        if ready.exists() {
-            return Ok(venv);
-        }
-        match std::fs::create_dir(&lock) {
-            Ok(()) => {
-                let built = install(&venv, &ready);
-                let _ = std::fs::remove_dir(&lock);
-                return built.map(|()| venv);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Another process builds it; a lock older than the deadline was left by a crash.
-                let stale = std::fs::metadata(&lock)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > VENV_DEADLINE);
-                if stale {
-                    let _ = std::fs::remove_dir(&lock);
-                }
-                if started.elapsed() > VENV_DEADLINE {
-                    return Err("timed out waiting for another process to build the venv".into());
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            Err(e) => return Err(format!("{}: {e}", lock.display())),
-        }
-    }
-}
-
-fn install(venv: &Path, ready: &Path) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(venv);
-    run(Command::new("python3").arg("-m").arg("venv").arg(venv))?;
-    run(Command::new(venv.join("bin/python")).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        CELERY,
-    ]))?;
-    std::fs::write(ready, CELERY).map_err(|e| e.to_string())
-}
-
-fn run(command: &mut Command) -> Result<(), String> {
-    let out = command.output().map_err(|e| format!("{command:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{command:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
     }
 }
 
@@ -174,7 +103,7 @@ pub fn send_tasks(venv: &Path, broker: &str, queue: &str, count: u32, priority: 
     if let Some(priority) = priority {
         command.arg(priority.to_string());
     }
-    run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
+    overseer_testkit::venv::run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
 }
 
 /// A real Celery worker, consuming one queue of its own, with a control exchange of
