@@ -3,35 +3,13 @@
 
 mod support;
 
-use std::time::Duration;
-
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
-use overseer_celery::{BrokerStatus, BrokerUrl, CeleryCheck, CheckSettings, Probe, QueueDepth};
-use overseer_core::{ExecutorHealth, HealthCheck};
-use support::SilentListener;
+use overseer_celery::{BrokerStatus, CeleryCheck, Probe, QueueDepth};
+use overseer_core::ExecutorHealth;
+use support::{SilentListener, check};
 
-/// The supervisor's timeout in these tests: the check must answer within it.
-const POLL_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn check(url: &str, queues: &[&str]) -> CeleryCheck {
-    let broker = BrokerUrl::parse(url).expect("a valid URL");
-    CeleryCheck::new(
-        &broker,
-        CheckSettings {
-            queues: queues.iter().map(|q| q.to_string()).collect(),
-            poll_timeout: POLL_TIMEOUT,
-            ..CheckSettings::default()
-        },
-    )
-    .expect("valid settings")
-}
-
-/// One poll, as the supervisor makes it: the check must answer within its timeout.
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
-    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
-        .await
-        .expect("the check answers within the poll's timeout, with its own reason");
-    (health, check.latest().expect("a probe after a poll"))
+    support::poll_within(check, support::POLL_TIMEOUT).await
 }
 
 /// Removes what Celery declared for `queue` (the queue and its direct exchange).

@@ -6,33 +6,12 @@ mod support;
 
 use std::time::Duration;
 
-use overseer_celery::{BrokerStatus, BrokerUrl, CeleryCheck, CheckSettings, Probe};
-use overseer_core::{ExecutorHealth, HealthCheck};
-use support::{SilentListener, ThrowawayRedis};
+use overseer_celery::{BrokerStatus, CeleryCheck, Probe};
+use overseer_core::ExecutorHealth;
+use support::{SilentListener, ThrowawayRedis, check};
 
-/// The supervisor's timeout in these tests: the check must answer within it.
-const POLL_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn check(url: &str, queues: &[&str]) -> CeleryCheck {
-    let broker = BrokerUrl::parse(url).expect("a valid URL");
-    CeleryCheck::new(
-        &broker,
-        CheckSettings {
-            queues: queues.iter().map(|q| q.to_string()).collect(),
-            poll_timeout: POLL_TIMEOUT,
-            ..CheckSettings::default()
-        },
-    )
-    .expect("valid settings")
-}
-
-/// One poll, as the supervisor makes it: no answer within its timeout would be its
-/// own `no reply within 2s`, so the check must answer first.
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
-    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
-        .await
-        .expect("the check answers within the poll's timeout, with its own reason");
-    (health, check.latest().expect("a probe after a poll"))
+    support::poll_within(check, support::POLL_TIMEOUT).await
 }
 
 #[tokio::test]

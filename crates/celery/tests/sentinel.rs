@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use overseer_celery::{BrokerStatus, BrokerUrl, CeleryCheck, CheckSettings, Probe};
-use overseer_core::{ExecutorHealth, HealthCheck};
+use overseer_core::ExecutorHealth;
 use support::{ThrowawayRedis, ThrowawaySentinel};
 
 /// The supervisor's timeout in these tests: the check must answer within it.
@@ -24,10 +24,7 @@ fn check(url: &str, master_name: Option<&str>) -> CeleryCheck {
 }
 
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
-    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
-        .await
-        .expect("the check answers within the poll's timeout, with its own reason");
-    (health, check.latest().expect("a probe after a poll"))
+    support::poll_within(check, POLL_TIMEOUT).await
 }
 
 #[tokio::test]

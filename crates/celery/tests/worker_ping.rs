@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings, Probe};
-use overseer_core::{ExecutorHealth, HealthCheck};
+use overseer_core::ExecutorHealth;
 use support::Worker;
 
 /// The supervisor's default timeout: leaves the ping its full 1 s window.
@@ -33,10 +33,7 @@ fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
 }
 
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
-    let health = tokio::time::timeout(POLL_TIMEOUT, check.get_health())
-        .await
-        .expect("the check answers within the poll's timeout, with its own reason");
-    (health, check.latest().expect("a probe after a poll"))
+    support::poll_within(check, POLL_TIMEOUT).await
 }
 
 fn answered(probe: &Probe) -> Vec<String> {

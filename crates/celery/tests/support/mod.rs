@@ -332,3 +332,33 @@ pub fn rabbitmq_queue_names() -> Vec<String> {
 pub fn note(text: &str) {
     let _ = writeln!(std::io::stderr(), "{text}");
 }
+
+/// The supervisor's timeout in the broker tests: the check must answer within it.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A check of `url` reporting the depth of `queues`, polled within [`POLL_TIMEOUT`].
+pub fn check(url: &str, queues: &[&str]) -> overseer_celery::CeleryCheck {
+    let broker = overseer_celery::BrokerUrl::parse(url).expect("a valid URL");
+    overseer_celery::CeleryCheck::new(
+        &broker,
+        overseer_celery::CheckSettings {
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+            poll_timeout: POLL_TIMEOUT,
+            ..overseer_celery::CheckSettings::default()
+        },
+    )
+    .expect("valid settings")
+}
+
+/// One poll, as the supervisor makes it: no answer within `timeout` would be its
+/// own `no reply within ...`, so the check must answer first, with its own reason.
+pub async fn poll_within(
+    check: &overseer_celery::CeleryCheck,
+    timeout: Duration,
+) -> (overseer_core::ExecutorHealth, overseer_celery::Probe) {
+    use overseer_core::HealthCheck;
+    let health = tokio::time::timeout(timeout, check.get_health())
+        .await
+        .expect("the check answers within the poll's timeout, with its own reason");
+    (health, check.latest().expect("a probe after a poll"))
+}
