@@ -156,18 +156,10 @@ pub async fn jobs_check(
     let db = db::connect(&config.database.url).await?;
     let jobs = storage::running_jobs(&db, job_type, hostname, limit)
         .await
-        .map_err(|e| anyhow!(config.database.url.scrub_from(&e.to_string())))?;
+        .map_err(|e| anyhow!(config.database.url.scrub(&e.to_string())))?;
     db.close().await.ok();
 
-    let thresholds = Thresholds {
-        scheduler: config.thresholds.scheduler,
-        triggerer: config.thresholds.triggerer,
-        dag_processor: config.thresholds.dag_processor,
-        executor: config
-            .supervisor
-            .heartbeat_interval
-            .mul_f64(Thresholds::GRACE_MULTIPLIER),
-    };
+    let thresholds = config.thresholds();
     let now = Utc::now();
     let alive = jobs
         .iter()

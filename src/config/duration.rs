@@ -75,3 +75,28 @@ mod tests {
         assert_eq!(format(Duration::from_millis(1500)), "1s 500ms");
     }
 }
+
+/// An optional duration: absent when unset.
+pub mod option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match duration {
+            Some(duration) => super::serialize(duration, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped(#[serde(deserialize_with = "super::deserialize")] Duration);
+        Option::<Wrapped>::deserialize(deserializer).map(|w| w.map(|Wrapped(d)| d))
+    }
+}

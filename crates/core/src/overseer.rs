@@ -143,10 +143,11 @@ impl OverseerBuilder {
         self
     }
 
-    /// Also sets the executor rows' liveness threshold (`* 2.1`).
+    /// Also sets the executor rows' liveness threshold to
+    /// [`Thresholds::executor_default`] of it; [`Self::settings`] sets both freely.
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
         self.settings.heartbeat_interval = interval;
-        self.settings.thresholds.executor = interval.mul_f64(Thresholds::GRACE_MULTIPLIER);
+        self.settings.thresholds.executor = Thresholds::executor_default(interval);
         self
     }
 

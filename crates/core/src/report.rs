@@ -26,7 +26,7 @@ pub struct Thresholds {
     pub triggerer: Duration,
     /// `[dag_processor] health_check_threshold`, 30 s by default.
     pub dag_processor: Duration,
-    /// Executor rows: `heartbeat_interval * 2.1`, Airflow's grace multiplier.
+    /// Executor rows, whichever supervisor wrote them: see [`Self::executor_default`].
     pub executor: Duration,
 }
 
@@ -34,14 +34,26 @@ impl Thresholds {
     /// Airflow's grace multiplier for job types without a threshold of their own.
     pub const GRACE_MULTIPLIER: f64 = 2.1;
 
-    /// Airflow's defaults, with the executor threshold from a heartbeat interval.
+    /// Airflow's threshold for its own components, and the floor of the executor one.
+    pub const COMPONENT_DEFAULT: Duration = Duration::from_secs(30);
+
+    /// Airflow's defaults, with the executor threshold for a heartbeat interval.
     pub fn with_heartbeat_interval(heartbeat_interval: Duration) -> Self {
         Self {
-            scheduler: Duration::from_secs(30),
-            triggerer: Duration::from_secs(30),
-            dag_processor: Duration::from_secs(30),
-            executor: heartbeat_interval.mul_f64(Self::GRACE_MULTIPLIER),
+            scheduler: Self::COMPONENT_DEFAULT,
+            triggerer: Self::COMPONENT_DEFAULT,
+            dag_processor: Self::COMPONENT_DEFAULT,
+            executor: Self::executor_default(heartbeat_interval),
         }
+    }
+
+    /// The executor threshold when none is configured: 30 s, as Airflow's other
+    /// components, or `heartbeat_interval * 2.1` (Airflow's grace multiplier) when
+    /// that is longer. The rows of every supervisor on a database are judged by
+    /// one threshold, so it must cover the slowest writer, not only this one:
+    /// 30 s covers every heartbeat up to 14 s.
+    pub fn executor_default(heartbeat_interval: Duration) -> Duration {
+        Self::COMPONENT_DEFAULT.max(heartbeat_interval.mul_f64(Self::GRACE_MULTIPLIER))
     }
 
     /// The threshold for a job type.
@@ -614,9 +626,15 @@ mod tests {
                 expect: Some(("unhealthy", "down", 1)),
             },
             Case {
-                what: "stale rows are not instances (threshold 5 s * 2.1)",
-                rows: vec![executor_row(1, 11, "a", ExecutorHealth::Healthy)],
+                what: "stale rows are not instances (threshold 30 s)",
+                rows: vec![executor_row(1, 31, "a", ExecutorHealth::Healthy)],
                 expect: Some(("unhealthy", "down", 0)),
+            },
+            Case {
+                what: "a slower supervisor's row between its heartbeats is alive \
+                       (older than this host's 5 s * 2.1, within 30 s)",
+                rows: vec![executor_row(1, 20, "a", ExecutorHealth::Healthy)],
+                expect: Some(("healthy", "healthy", 1)),
             },
             Case {
                 what: "a stale unhealthy ghost beside a fresh healthy row is ignored",
