@@ -20,7 +20,7 @@ pub const MAX_CONNECTIONS: u32 = 4;
 /// Opens a connection pool. The error names the database by its redacted URL and
 /// carries the driver's reason with any credential masked.
 pub async fn connect(url: &SecretUrl) -> anyhow::Result<DatabaseConnection> {
-    let mut options = ConnectOptions::new(url.expose().to_owned());
+    let mut options = ConnectOptions::new(url.expose_secret().to_owned());
     options
         .connect_timeout(CONNECT_TIMEOUT)
         .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -32,7 +32,7 @@ pub async fn connect(url: &SecretUrl) -> anyhow::Result<DatabaseConnection> {
     Database::connect(options).await.map_err(|e| {
         anyhow!(
             "cannot open the database {url}: {}",
-            url.scrub_from(&e.to_string())
+            url.scrub(&e.to_string())
         )
     })
 }
@@ -41,7 +41,7 @@ pub async fn connect(url: &SecretUrl) -> anyhow::Result<DatabaseConnection> {
 /// reported as such at once, instead of as the pool's time-out after retrying.
 /// SQLite and Unix sockets have nothing to probe.
 async fn probe(url: &SecretUrl) -> Result<(), String> {
-    let Ok(parsed) = url::Url::parse(url.expose()) else {
+    let Ok(parsed) = url::Url::parse(url.expose_secret()) else {
         return Ok(());
     };
     let default_port = match parsed.scheme() {

@@ -8,7 +8,6 @@ use clap::Parser;
 use overseer::cli::{Cli, Command, JobsAction, MigrateAction};
 use overseer::config::{self, Config, Overrides};
 use overseer::probe::{self, Verdict};
-use overseer::secret::scrub;
 use overseer::{db, logging, serve};
 use overseer_migration::{Migrator, MigratorTrait};
 
@@ -42,6 +41,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    let scrubber = config.scrubber();
+    logging::register_secrets(scrubber.clone());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -57,7 +58,7 @@ fn main() -> ExitCode {
         Ok(Verdict::Healthy) => ExitCode::SUCCESS,
         Ok(Verdict::Unhealthy) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("error: {}", scrub(&format!("{e:#}")));
+            eprintln!("error: {}", scrubber.scrub(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -134,7 +135,7 @@ fn one_line_usage_error(error: &clap::Error) -> String {
 async fn migrate(action: MigrateAction, config: &Config) -> anyhow::Result<()> {
     let url = &config.database.url;
     let db = db::connect(url).await?;
-    let scrubbed = |e: sea_orm::DbErr| anyhow::anyhow!(url.scrub_from(&e.to_string()));
+    let scrubbed = |e: sea_orm::DbErr| anyhow::anyhow!(url.scrub(&e.to_string()));
     match action {
         MigrateAction::Up => {
             let pending = Migrator::get_pending_migrations(&db)

@@ -87,6 +87,15 @@ fn serve_on_the_default_sqlite_migrates_and_stops_cleanly_on_sigterm() {
     let (code, lines) = serving.terminate();
     assert_eq!(code, Some(0), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains("stopped")), "{lines:?}");
+    // No executor configured: said once, with how to configure one.
+    let warnings: Vec<&String> = lines.iter().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{lines:?}");
+    assert!(
+        warnings[0].contains("no executor is configured")
+            && warnings[0].contains("AIRFLOW__CORE__EXECUTOR"),
+        "{}",
+        warnings[0]
+    );
 }
 
 async fn serve_supervises_the_configured_executors(db: TestDb) {

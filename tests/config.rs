@@ -149,6 +149,29 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             env: &[],
             line: "error: invalid configuration: executors[0].min_workers (from overseer.toml): is 1, which needs worker_ping = true to count workers",
         },
+        Case {
+            what: "a URL missing its colon names the mistake, not the scheme",
+            toml: None,
+            env: &[(
+                "OVERSEER_DATABASE__URL",
+                "postgres//airflow:hunter2@db/airflow",
+            )],
+            line: "error: invalid configuration: database.url (from environment variable OVERSEER_DATABASE__URL): is missing \"://\" after \"postgres\" (expected postgres://host/database)",
+        },
+        Case {
+            what: "an executor threshold this host's own heartbeat cannot meet",
+            toml: Some(
+                "[supervisor]\nheartbeat_interval = \"10s\"\n\n[thresholds]\nexecutor = \"20s\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: thresholds.executor (from overseer.toml): 20s is shorter than 21s (supervisor.heartbeat_interval 10s times 2.1): this host's own executor rows would count as dead between heartbeats",
+        },
+        Case {
+            what: "no room for a single stream client",
+            toml: None,
+            env: &[("OVERSEER_API__MAX_STREAM_CLIENTS", "0")],
+            line: "error: invalid configuration: api.max_stream_clients (from environment variable OVERSEER_API__MAX_STREAM_CLIENTS): must be at least 1",
+        },
     ];
 
     for case in cases {
@@ -427,6 +450,18 @@ fn airflow_environment_alone_configures_celery_with_airflows_defaults() {
     assert_eq!(celery["name"].as_str(), Some("fast:CeleryExecutor"));
     // Airflow's own default broker when [celery] broker_url is unset.
     assert_eq!(celery["broker_url"].as_str(), Some("redis://redis:6379/0"));
+    let said = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__EXECUTOR", "fast:CeleryExecutor")
+        .arg("config"));
+    let warnings: Vec<&str> = said.stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{}", said.stderr);
+    assert!(
+        warnings[0]
+            .contains("AIRFLOW__CORE__EXECUTOR names fast:CeleryExecutor but no broker URL is set")
+            && warnings[0].contains("using Airflow's default redis://redis:6379/0"),
+        "{}",
+        warnings[0]
+    );
     assert_eq!(
         celery["queues"].as_array().unwrap()[0].as_str(),
         Some("airflow")
@@ -458,4 +493,35 @@ fn airflows_broker_alone_updates_the_configured_celery_executors() {
         Some("redis://new:6379/1")
     );
     assert!(executors[1].get("broker_url").is_none());
+}
+
+/// The Jobs table's `executor_class` holds 500 characters: a longer name is bad
+/// configuration, refused before anything is written, not a database error.
+#[test]
+fn an_executor_name_longer_than_its_column_is_refused() {
+    let dir = workdir();
+    let alias = "a".repeat(490);
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!("[[executors]]\nname = \"{alias}:LocalExecutor\"\n"),
+    )
+    .unwrap();
+    let out = run(overseer(dir.path()).arg("serve"));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "error: invalid configuration: executors[0].name (from overseer.toml): is 504 characters long; job.executor_class holds at most 500"
+    );
+    assert!(!dir.path().join("overseer.db").exists());
+
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__EXECUTOR", format!("{alias}:CeleryExecutor"))
+        .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0")
+        .args(["migrate", "up"]));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("executors[0].name (from environment variable AIRFLOW__CORE__EXECUTOR): is 505 characters long"),
+        "{}",
+        out.stderr
+    );
 }

@@ -12,7 +12,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
 use super::executor::{ExecutorKind, ExecutorName};
-use super::{ConfigError, ExecutorConfig, duration};
+use super::{ConfigError, duration};
 
 /// Airflow's metadata database, as a SQLAlchemy URL.
 pub const SQL_ALCHEMY_CONN: &str = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN";
@@ -41,11 +41,11 @@ pub struct AirflowEnv {
 
 impl AirflowEnv {
     /// Reads Airflow's variables through `lookup`. `earlier` are the executors the
-    /// earlier layers configured: an executor Airflow names keeps their settings
-    /// (queues, worker ping) for the same name.
+    /// earlier layers configured, as they wrote them: an executor Airflow names
+    /// keeps their settings (queues, worker ping) for the same name.
     pub fn read(
         lookup: impl Fn(&str) -> Option<String>,
-        earlier: &[ExecutorConfig],
+        earlier: &[Dict],
     ) -> Result<Self, ConfigError> {
         let mut env = Self {
             values: Dict::new(),
@@ -98,7 +98,7 @@ impl AirflowEnv {
             None => None,
         };
         if let Some(executors) = executors {
-            let value = Value::serialize(&executors).expect("executors serialize");
+            let value = Value::from(executors.into_iter().map(Value::from).collect::<Vec<_>>());
             env.insert(&["executors"], value, EXECUTOR);
         }
         Ok(env)
@@ -125,10 +125,10 @@ impl AirflowEnv {
 /// the same name.
 fn executors_from(
     list: &str,
-    earlier: &[ExecutorConfig],
+    earlier: &[Dict],
     broker: Option<&str>,
     default_queue: Option<&str>,
-) -> Result<Vec<ExecutorConfig>, ConfigError> {
+) -> Result<Vec<Dict>, ConfigError> {
     let mut executors = Vec::new();
     for (index, entry) in list.split(',').map(str::trim).enumerate() {
         let key = format!("executors[{index}].name");
@@ -138,40 +138,56 @@ fn executors_from(
         let name = name.to_string();
         let mut executor = earlier
             .iter()
-            .find(|e| e.name == name)
+            .find(|e| name_of(e) == Some(name.as_str()))
             .cloned()
-            .unwrap_or_else(|| ExecutorConfig::named(&name));
+            .unwrap_or_else(|| Dict::from([("name".to_owned(), Value::from(name.clone()))]));
         apply_celery(&mut executor, broker, default_queue, true);
         executors.push(executor);
     }
     Ok(executors)
 }
 
+/// The `name` of an `[[executors]]` entry as the layers hold it.
+fn name_of(executor: &Dict) -> Option<&str> {
+    executor.get("name").and_then(Value::as_str)
+}
+
 /// Gives a Celery executor Airflow's broker and default queue. With
 /// `airflow_default`, a Celery executor with no broker at all gets Airflow's own
-/// default broker, as Airflow would.
+/// default broker, as Airflow would, and says so.
+///
+/// The entry is the text the earlier layers read, and the broker is the text
+/// of the variable: no typed value (whose secrets print redacted) is ever
+/// turned back into configuration.
 fn apply_celery(
-    executor: &mut ExecutorConfig,
+    executor: &mut Dict,
     broker: Option<&str>,
     default_queue: Option<&str>,
     airflow_default: bool,
 ) {
-    let is_celery = executor
-        .name
+    let Some(name) = name_of(executor).map(str::to_owned) else {
+        return;
+    };
+    let is_celery = name
         .parse::<ExecutorName>()
         .is_ok_and(|n| n.kind() == ExecutorKind::Celery);
     if !is_celery {
         return;
     }
     if let Some(broker) = broker {
-        executor.broker_url = Some(crate::secret::SecretUrl::new(broker.trim()));
-    } else if airflow_default && executor.broker_url.is_none() {
-        executor.broker_url = Some(crate::secret::SecretUrl::new(AIRFLOW_DEFAULT_BROKER));
+        executor.insert("broker_url".into(), Value::from(broker.trim()));
+    } else if airflow_default && !executor.contains_key("broker_url") {
+        tracing::warn!(
+            "{EXECUTOR} names {name} but no broker URL is set ({BROKER_URL}, or broker_url in overseer.toml): \
+             using Airflow's default {AIRFLOW_DEFAULT_BROKER}"
+        );
+        executor.insert("broker_url".into(), Value::from(AIRFLOW_DEFAULT_BROKER));
     }
+    let default_queues = Value::from(super::default_queues());
     if let Some(queue) = default_queue
-        && executor.queues == super::default_queues()
+        && executor.get("queues").is_none_or(|q| *q == default_queues)
     {
-        executor.queues = vec![queue.to_owned()];
+        executor.insert("queues".into(), Value::from(vec![queue.to_owned()]));
     }
 }
 

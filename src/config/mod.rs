@@ -19,8 +19,13 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
-use crate::secret::{SecretUrl, scrub};
+use crate::secret::{Scrubber, SecretUrl, scrub};
 use executor::{ExecutorKind, ExecutorName};
+use overseer_core::Thresholds;
+
+/// The longest executor name (or `alias:Class`) the Jobs table's
+/// `executor_class` column, a `varchar(500)`, holds.
+pub const MAX_EXECUTOR_NAME: usize = 500;
 
 /// The embedded default database: a SQLite file in the working folder, created if missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://overseer.db?mode=rwc";
@@ -51,6 +56,30 @@ pub struct Config {
     pub executors: Vec<ExecutorConfig>,
 }
 
+impl Config {
+    /// A scrubber that knows every credential of this configuration: for log
+    /// lines and errors, whatever quotes them.
+    pub fn scrubber(&self) -> Scrubber {
+        self.executors
+            .iter()
+            .filter_map(|e| e.broker_url.as_ref())
+            .fold(
+                Scrubber::default().with_url(&self.database.url),
+                Scrubber::with_url,
+            )
+    }
+
+    /// The liveness thresholds in force, for the report and `jobs check`.
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            scheduler: self.thresholds.scheduler,
+            triggerer: self.thresholds.triggerer,
+            dag_processor: self.thresholds.dag_processor,
+            executor: self.thresholds.executor(self.supervisor.heartbeat_interval),
+        }
+    }
+}
+
 /// `[database]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,6 +94,11 @@ pub struct DatabaseConfig {
 pub struct ApiConfig {
     /// The address the HTTP server listens on.
     pub bind: SocketAddr,
+    /// The most Server-Sent Events clients served at once. Each holds a socket
+    /// (a file descriptor) for as long as it stays; past this many, a new one is
+    /// refused with 503, so dashboards can never starve probes of descriptors.
+    #[serde(default = "default_max_stream_clients")]
+    pub max_stream_clients: u32,
 }
 
 /// `[supervisor]`
@@ -107,6 +141,21 @@ pub struct ThresholdsConfig {
     /// `[dag_processor] health_check_threshold`
     #[serde(with = "duration")]
     pub dag_processor: Duration,
+    /// Executor rows, whoever writes them: a row older than this is dead. Unset, it
+    /// is [`Thresholds::executor_default`] of this host's `heartbeat_interval`
+    /// (30 s, or more for a slower heartbeat). Every supervisor sharing a database
+    /// should use the same value, at least 2.1 times the slowest heartbeat among them.
+    /// Loading resolves it, so `overseer config` shows the value in force.
+    #[serde(default, with = "duration::option")]
+    pub executor: Option<Duration>,
+}
+
+impl ThresholdsConfig {
+    /// The executor rows' threshold in force: the configured one, else the default.
+    pub fn executor(&self, heartbeat_interval: Duration) -> Duration {
+        self.executor
+            .unwrap_or_else(|| Thresholds::executor_default(heartbeat_interval))
+    }
 }
 
 /// One `[[executors]]` entry.
@@ -149,11 +198,20 @@ impl ExecutorConfig {
     }
 }
 
-/// Just the executors of a configuration, to read them before the layers end.
+/// Just the executors of a configuration, to check them before the layers end.
 #[derive(Deserialize)]
 struct ExecutorsOnly {
     #[serde(default)]
+    #[allow(dead_code)]
     executors: Vec<ExecutorConfig>,
+}
+
+/// How many SSE clients are served at once by default: far below the usual
+/// open-file limit (1024 soft), so probes always find a descriptor.
+pub const DEFAULT_MAX_STREAM_CLIENTS: u32 = 256;
+
+fn default_max_stream_clients() -> u32 {
+    DEFAULT_MAX_STREAM_CLIENTS
 }
 
 /// Airflow's default queue (`[operators] default_queue`).
@@ -176,6 +234,7 @@ impl Default for Config {
                 bind: DEFAULT_BIND
                     .parse()
                     .expect("the default bind address parses"),
+                max_stream_clients: DEFAULT_MAX_STREAM_CLIENTS,
             },
             supervisor: SupervisorConfig {
                 hostname: machine_hostname(),
@@ -190,6 +249,7 @@ impl Default for Config {
                 scheduler: Duration::from_secs(30),
                 triggerer: Duration::from_secs(30),
                 dag_processor: Duration::from_secs(30),
+                executor: None,
             },
             executors: Vec::new(),
         }
@@ -267,6 +327,8 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
 
     let mut figment = Figment::from(Labelled::new(
         "built-in defaults",
+        // The defaults may go through `Serialize`: they hold no credential (a
+        // test below keeps it so), and a `SecretUrl` serializes redacted.
         Serialized::defaults(Config::default()),
     ));
     if let Some(path) = &config_file {
@@ -277,11 +339,15 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     ignored.extend(unknown.iter().map(String::as_str));
     figment = figment.merge(Env::prefixed(ENV_PREFIX).ignore(&ignored).split("__"));
 
-    // Airflow's executor list keeps, for each name, what the earlier layers set.
-    let earlier = figment
-        .extract::<ExecutorsOnly>()
-        .map_err(from_figment)?
-        .executors;
+    // Airflow's executor list keeps, for each name, what the earlier layers set:
+    // checked as typed values, carried on as the text they were read from.
+    figment.extract::<ExecutorsOnly>().map_err(from_figment)?;
+    let earlier: Vec<figment::value::Dict> = match figment.find_value("executors") {
+        Ok(figment::value::Value::Array(_, entries)) => {
+            entries.into_iter().filter_map(|e| e.into_dict()).collect()
+        }
+        _ => Vec::new(),
+    };
     let airflow = airflow::AirflowEnv::read(|var| std::env::var(var).ok(), &earlier)?;
     figment = figment.merge(airflow);
 
@@ -292,8 +358,12 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
         ));
     }
 
-    let config: Config = figment.extract().map_err(from_figment)?;
+    let mut config: Config = figment.extract().map_err(from_figment)?;
     validate(&config, &figment)?;
+    let executor_threshold = config
+        .thresholds
+        .executor(config.supervisor.heartbeat_interval);
+    config.thresholds.executor = Some(executor_threshold);
     Ok(config)
 }
 
@@ -354,6 +424,10 @@ fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
         ("thresholds.scheduler", config.thresholds.scheduler),
         ("thresholds.triggerer", config.thresholds.triggerer),
         ("thresholds.dag_processor", config.thresholds.dag_processor),
+        (
+            "thresholds.executor",
+            config.thresholds.executor.unwrap_or(Duration::MAX),
+        ),
     ] {
         if value.is_zero() {
             return fail(key, "must be longer than zero".into());
@@ -372,6 +446,28 @@ fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
         if value == 0 {
             return fail(key, "must be at least 1".into());
         }
+    }
+    if let Some(threshold) = config.thresholds.executor {
+        let own = supervisor
+            .heartbeat_interval
+            .mul_f64(Thresholds::GRACE_MULTIPLIER);
+        // Within a microsecond: 2.1 is not exact in binary, and `2100ms` for a 1 s
+        // heartbeat must pass.
+        if threshold + Duration::from_micros(1) < own {
+            return fail(
+                "thresholds.executor",
+                format!(
+                    "{} is shorter than {} (supervisor.heartbeat_interval {} times {}): this host's own executor rows would count as dead between heartbeats",
+                    duration::format(threshold),
+                    duration::format(own),
+                    duration::format(supervisor.heartbeat_interval),
+                    Thresholds::GRACE_MULTIPLIER,
+                ),
+            );
+        }
+    }
+    if config.api.max_stream_clients == 0 {
+        return fail("api.max_stream_clients", "must be at least 1".into());
     }
     if supervisor.poll_timeout >= supervisor.poll_interval {
         return fail(
@@ -392,6 +488,15 @@ fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
             Err(ConfigError::new(key(field), origin(field), problem))
         };
 
+        if executor.name.chars().count() > MAX_EXECUTOR_NAME {
+            return fail(
+                "name",
+                format!(
+                    "is {} characters long; job.executor_class holds at most {MAX_EXECUTOR_NAME}",
+                    executor.name.chars().count()
+                ),
+            );
+        }
         let name = match executor.name.parse::<ExecutorName>() {
             Ok(name) => name,
             Err(problem) => return fail("name", problem),
@@ -446,7 +551,7 @@ fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
 
 /// The schemes sea-orm connects to.
 fn check_database_url(url: &SecretUrl) -> Result<(), String> {
-    let text = url.expose();
+    let text = url.expose_secret();
     if let Some(rest) = text.strip_prefix("sqlite:") {
         return if rest
             .trim_start_matches('/')
@@ -463,7 +568,20 @@ fn check_database_url(url: &SecretUrl) -> Result<(), String> {
             Ok(())
         };
     }
-    let scheme = text.split_once("://").map(|(s, _)| s).unwrap_or_default();
+    let Some((scheme, _)) = text.split_once("://") else {
+        let written = scheme_for_display(text);
+        return Err(
+            match ["postgresql", "postgres", "mysql", "sqlite"]
+                .into_iter()
+                .find(|known| written.eq_ignore_ascii_case(known))
+            {
+                Some(known) => format!(
+                    "is missing \"://\" after \"{known}\" (expected {known}://host/database)"
+                ),
+                None => "is not a URL: expected sqlite://, postgres:// or mysql://".into(),
+            },
+        );
+    };
     if !matches!(scheme, "postgres" | "postgresql" | "mysql") {
         return Err(format!(
             "unsupported database URL scheme {:?}: expected sqlite://, postgres:// or mysql://",
@@ -480,7 +598,7 @@ fn check_database_url(url: &SecretUrl) -> Result<(), String> {
 /// A broker URL, or a `;`-separated failover list, as Celery and kombu accept
 /// them; the error says what is wrong without quoting the URL.
 fn check_broker_url(url: &SecretUrl) -> Result<(), String> {
-    overseer_celery::BrokerUrl::parse(url.expose())
+    overseer_celery::BrokerUrl::parse(url.expose_secret())
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -597,5 +715,27 @@ impl<P: Provider> Provider for Labelled<P> {
 
     fn data(&self) -> Result<figment::value::Map<Profile, figment::value::Dict>, figment::Error> {
         self.inner.data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Layering serializes the built-in defaults into figment. A `SecretUrl`
+    /// serializes redacted, so a default with a credential would come back
+    /// mangled: none may have one.
+    #[test]
+    fn the_built_in_defaults_carry_no_credential() {
+        let defaults = Config::default();
+        assert!(!defaults.database.url.has_credentials());
+        assert!(defaults.executors.is_empty());
+        let through_figment: Config = Figment::from(Serialized::defaults(&defaults))
+            .extract()
+            .unwrap();
+        assert_eq!(
+            through_figment.database.url.expose_secret(),
+            DEFAULT_DATABASE_URL
+        );
     }
 }

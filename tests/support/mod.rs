@@ -89,7 +89,8 @@ impl Serving {
         serving.address = line
             .split("listening on http://")
             .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
+            // A plain line ends the address at white space, a JSON one at its quote.
+            .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '"').next())
             .unwrap_or_default()
             .to_owned();
         serving

@@ -23,10 +23,11 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::{describe_duration, scrub_password};
+use crate::check::describe_duration;
 use crate::detail::QueueDepth;
 use crate::ping::{self, Pidbox};
 use crate::url::AmqpBroker;
+use overseer_core::secret::scrub_with;
 
 /// The name RabbitMQ's management UI shows for our connection.
 const CONNECTION_NAME: &str = "overseer health check";
@@ -70,7 +71,7 @@ impl AmqpCheck {
             authority: AMQPAuthority {
                 userinfo: AMQPUserInfo {
                     username: broker.username.clone(),
-                    password: broker.password.expose().to_owned(),
+                    password: broker.password.expose_secret().to_owned(),
                 },
                 host: broker.host.clone(),
                 port: broker.port,
@@ -82,7 +83,7 @@ impl AmqpCheck {
             uri,
             identity: identity.to_owned(),
             vhost: broker.vhost.clone(),
-            password: broker.password.expose().to_owned(),
+            password: broker.password.expose_secret().to_owned(),
             state: Mutex::new(State::default()),
         }
     }
@@ -125,7 +126,7 @@ impl AmqpCheck {
         };
         ping::over_amqp(&conn, pidbox, window_end, cleanup)
             .await
-            .map_err(|e| scrub_password(&format!("broker {}: {e}", self.identity), &self.password))
+            .map_err(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
     }
 
     async fn connection(
@@ -286,7 +287,7 @@ impl AmqpCheck {
             }
             _ => format!("broker {id} failed: {e}"),
         };
-        scrub_password(&reason, &self.password)
+        scrub_with(&reason, &[&self.password])
     }
 }
 

@@ -469,7 +469,7 @@ pub fn executor_with(
     broker_url: &SecretUrl,
     settings: CheckSettings,
 ) -> Result<Executor> {
-    let broker = BrokerUrl::parse(broker_url.expose())?;
+    let broker = BrokerUrl::parse(broker_url.expose_secret())?;
     Ok(CeleryCheck::new(&broker, settings)?.executor(name))
 }
 
@@ -487,16 +487,6 @@ pub(crate) fn describe_duration(duration: Duration) -> String {
         } else {
             format!("{}.{}s", tenths / 10, tenths % 10)
         }
-    }
-}
-
-/// `text` with every URL credential and every occurrence of `password` masked.
-pub(crate) fn scrub_password(text: &str, password: &str) -> String {
-    let text = overseer_core::secret::scrub(text);
-    if password.is_empty() {
-        text
-    } else {
-        text.replace(password, overseer_core::secret::MASK)
     }
 }
 

@@ -22,10 +22,11 @@ use redis::{
 use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::{describe_duration, scrub_password};
+use crate::check::describe_duration;
 use crate::detail::QueueDepth;
 use crate::ping::{self, Pidbox, redis_queue_keys};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker};
+use overseer_core::secret::scrub_with;
 
 /// How to reach the master.
 enum Target {
@@ -83,7 +84,7 @@ fn settings(
         settings = settings.set_username(username);
     }
     if let Some(password) = password {
-        settings = settings.set_password(password.expose());
+        settings = settings.set_password(password.expose_secret());
     }
     settings
 }
@@ -344,10 +345,8 @@ impl RedisCheck {
     }
 
     fn scrub(&self, text: String) -> String {
-        match &self.password {
-            Some(password) => scrub_password(&text, password.expose()),
-            None => text,
-        }
+        let password: Vec<&str> = self.password.iter().map(Password::expose_secret).collect();
+        scrub_with(&text, &password)
     }
 
     /// A driver error, in plain words naming the broker.

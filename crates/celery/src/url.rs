@@ -60,7 +60,7 @@ pub struct Password(String);
 
 impl Password {
     /// The password itself, only for handing to a driver.
-    pub fn expose(&self) -> &str {
+    pub fn expose_secret(&self) -> &str {
         &self.0
     }
 }
@@ -623,7 +623,7 @@ mod tests {
             (b.host.as_str(), b.port, b.username.as_str()),
             ("localhost", 5672, "guest")
         );
-        assert_eq!(b.password.expose(), "guest");
+        assert_eq!(b.password.expose_secret(), "guest");
         assert_eq!(amqp("amqps://h").port, 5671);
         assert_eq!(
             redis("redis://").address,
@@ -637,9 +637,15 @@ mod tests {
     #[test]
     fn passwords_are_decoded_and_never_debug_printed() {
         let b = redis("redis://:p%40ss%3Aw@h:6379/0");
-        assert_eq!(b.password.as_ref().map(Password::expose), Some("p@ss:w"));
+        assert_eq!(
+            b.password.as_ref().map(Password::expose_secret),
+            Some("p@ss:w")
+        );
         assert!(!format!("{b:?}").contains("p@ss"));
         let b = redis("redis://:p@ss@h:6379/0");
-        assert_eq!(b.password.as_ref().map(Password::expose), Some("p@ss"));
+        assert_eq!(
+            b.password.as_ref().map(Password::expose_secret),
+            Some("p@ss")
+        );
     }
 }

@@ -116,7 +116,7 @@ fn each_form_means_what_celery_means() {
     );
     assert_eq!((db, username.as_deref(), tls), (2, Some("celery"), None));
     assert_eq!(
-        password.map(|p| p.expose().to_owned()).as_deref(),
+        password.map(|p| p.expose_secret().to_owned()).as_deref(),
         Some("s3cret")
     );
 
@@ -423,7 +423,7 @@ fn kombu_itself_agrees_on_host_port_credentials_and_virtual_host() {
                     "{url}"
                 );
                 assert_eq!(
-                    Some(ours.password.expose().to_owned()),
+                    Some(ours.password.expose_secret().to_owned()),
                     text("password").or(Some("guest".into())),
                     "{url}"
                 );
@@ -444,7 +444,7 @@ fn kombu_itself_agrees_on_host_port_credentials_and_virtual_host() {
                 );
                 assert_eq!(*our_port, port.unwrap_or(6379), "{url}");
                 assert_eq!(
-                    ours.password.as_ref().map(|p| p.expose().to_owned()),
+                    ours.password.as_ref().map(|p| p.expose_secret().to_owned()),
                     text("password"),
                     "{url}"
                 );

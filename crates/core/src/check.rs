@@ -99,9 +99,11 @@ impl Executor {
         Self::new(executor_class, NoCheck)
     }
 
-    /// Names the instance (for Celery, the redacted broker URL).
+    /// Names the instance (for Celery, the broker URL without credentials). A
+    /// URL given with its password is redacted here ([`crate::secret::redact`]):
+    /// the instance is written to the Jobs table and shown everywhere.
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
-        self.instance = Some(instance.into());
+        self.instance = Some(crate::secret::redact(&instance.into()));
         self
     }
 

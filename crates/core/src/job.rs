@@ -101,6 +101,17 @@ impl ExecutorHealth {
         }
     }
 
+    /// The same verdict, with any URL credentials in its reason masked
+    /// ([`crate::secret::scrub`]).
+    pub fn scrubbed(self) -> Self {
+        match self {
+            Self::Unhealthy { reason } => Self::Unhealthy {
+                reason: crate::secret::scrub(&reason),
+            },
+            other => other,
+        }
+    }
+
     /// The string stored in `job.executor_health`.
     pub const fn as_str(&self) -> &'static str {
         match self {

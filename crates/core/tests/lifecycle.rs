@@ -372,3 +372,45 @@ async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_re
     assert_eq!(rows[0].state().unwrap(), Some(JobState::Success));
     db.close().await.unwrap();
 }
+
+/// An embedder's check that quotes its URL, password and all, in its reason and
+/// instance: the row and the report show neither password.
+#[tokio::test]
+async fn a_check_quoting_a_password_never_writes_it() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = quick(&db.url, "sched-1")
+        .executor(
+            Executor::new(
+                "CeleryExecutor",
+                Switch::new(ExecutorHealth::unhealthy(
+                    "cannot reach redis://:hunter2@broker:6379/0",
+                )),
+            )
+            .with_instance("redis://:hunter2@broker:6379/0"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let rows = rows_until(&db.conn, "the verdict written", |rows| {
+        rows.iter().any(|r| r.executor_health == "unhealthy")
+    })
+    .await;
+    let row = &rows[0];
+    assert_eq!(
+        row.executor_instance.as_deref(),
+        Some("redis://:***@broker:6379/0")
+    );
+    assert_eq!(
+        row.executor_health_reason.as_deref(),
+        Some("cannot reach redis://:***@broker:6379/0")
+    );
+    let report = report_until(&overseer, "the verdict in the report", |r| {
+        r.executor
+            .as_ref()
+            .is_some_and(|e| e.instances.iter().any(|i| i.checked_at.is_some()))
+    })
+    .await;
+    assert!(!report.json().contains("hunter2"), "{}", report.json());
+    overseer.shutdown().await.unwrap();
+}

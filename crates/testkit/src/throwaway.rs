@@ -75,6 +75,49 @@ impl ThrowawayPostgres {
     /// Creates and starts a cluster, or says why it cannot (then the caller skips,
     /// or fails under CI, see [`crate::unavailable`]).
     pub fn start() -> Result<Self, String> {
+        Self::start_with_auth("trust")
+    }
+
+    /// A server whose TCP connections must log in with a password (SCRAM), as
+    /// a production server's do; the `postgres` superuser still logs in over the
+    /// server's own socket without one (see [`Self::create_role`]).
+    pub fn start_with_passwords() -> Result<Self, String> {
+        Self::start_with_auth("scram-sha-256")
+    }
+
+    /// Creates a login role with this password, allowed to create tables in the
+    /// `postgres` database.
+    pub fn create_role(&self, name: &str, password: &str) -> Result<(), String> {
+        let quoted = password.replace('\'', "''");
+        let sql = format!(
+            "CREATE ROLE \"{name}\" LOGIN PASSWORD '{quoted}'; GRANT ALL ON SCHEMA public TO \"{name}\";"
+        );
+        let out = as_postgres(&self.bin.join("psql"))
+            .args(["-v", "ON_ERROR_STOP=1", "-X", "-q", "-h"])
+            .arg(self.dir.path())
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &sql,
+            ])
+            .output()
+            .map_err(|e| format!("psql: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cannot create role {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    fn start_with_auth(host_auth: &str) -> Result<Self, String> {
         let bin =
             postgres_bin().ok_or("no PostgreSQL server binaries under /usr/lib/postgresql")?;
         let dir = tempfile::Builder::new()
@@ -91,7 +134,8 @@ impl ThrowawayPostgres {
         }
         let data = dir.path().join("data");
         let init = as_postgres(&bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .args(["--auth-local=trust", "--auth-host", host_auth])
+            .args(["-U", "postgres", "--no-sync", "-D"])
             .arg(&data)
             .output()
             .map_err(|e| format!("initdb: {e}"))?;

@@ -216,9 +216,13 @@ impl Handler<CheckHealth> for ExecutorActor {
             Ok(health) => {
                 act.tripped = false;
                 act.next_backoff = act.policy.backoff;
-                health
+                // Every verdict passes here on its way to the table and the
+                // report: a check that quotes a URL in its reason loses its
+                // credentials here, whoever wrote the check.
+                health.scrubbed()
             }
             Err(message) => {
+                let message = crate::secret::scrub(&message);
                 ExecutorStats::bump(&act.stats.panics);
                 tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
                 ctx.stop();
