@@ -7,7 +7,7 @@ use anyhow::Context;
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::actors::PollSettings;
-use overseer_core::{Executor, Overseer, Settings, Thresholds};
+use overseer_core::{Executor, Overseer, Settings};
 use overseer_migration::{Migrator, MigratorTrait};
 use tokio::sync::watch;
 
@@ -19,6 +19,7 @@ use crate::db;
 /// executors, and runs until `shutdown` completes (SIGTERM or Ctrl-C, see
 /// [`shutdown_signal`]); then writes the last verdicts and ends its rows.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let open_files = crate::limits::raise_open_files();
     let url = &config.database.url;
     // Take the port first: a port in use stops start-up before any row is written.
     let listener = std::net::TcpListener::bind(config.api.bind)
@@ -26,16 +27,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let address = listener
         .local_addr()
         .context("while reading the bound address")?;
+    crate::limits::widen_backlog(&listener);
 
+    if config.executors.is_empty() {
+        tracing::warn!(
+            "no executor is configured, so none is supervised: set AIRFLOW__CORE__EXECUTOR \
+             (with AIRFLOW__CELERY__BROKER_URL for Celery), OVERSEER_EXECUTORS, or an \
+             [[executors]] entry in overseer.toml"
+        );
+    }
     let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await
-        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
+        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while migrating the schema up")?;
     db.close().await.ok();
 
     let overseer = Overseer::builder()
-        .database(url.expose())
+        .database(url.expose_secret())
         .settings(settings(&config))
         .executors(
             config
@@ -46,10 +55,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         )
         .start()
         .await
-        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
+        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while starting the supervisor")?;
 
     let (stopping, stopping_rx) = watch::channel(false);
+    let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
     let state = ApiState {
         reports: overseer.watch(),
         metrics: Arc::new(Metrics::new(
@@ -58,8 +68,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             overseer.watch(),
         )),
         shutdown: stopping_rx,
+        max_stream_clients: limits.max_stream_clients,
+        open_streams: Arc::default(),
     };
-    let server = overseer_api::server(state, listener).context("while starting the HTTP server")?;
+    let server = overseer_api::server(state, listener, limits.max_connections)
+        .context("while starting the HTTP server")?;
     let http = server.handle();
     let serving = tokio::spawn(server);
     tracing::info!(
@@ -74,7 +87,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let _ = stopping.send(true);
     let (ended, ()) = tokio::join!(overseer.shutdown(), http.stop(true));
     ended
-        .map_err(|e| anyhow::anyhow!(url.scrub_from(&e.to_string())))
+        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while ending the executor rows")?;
     let _ = serving.await;
     tracing::info!("stopped");
@@ -94,18 +107,9 @@ pub fn settings(config: &Config) -> Settings {
         },
         heartbeat_interval: supervisor.heartbeat_interval,
         refresh_interval: supervisor.refresh_interval,
-        thresholds: Thresholds {
-            scheduler: config.thresholds.scheduler,
-            triggerer: config.thresholds.triggerer,
-            dag_processor: config.thresholds.dag_processor,
-            executor: executor_threshold(supervisor.heartbeat_interval),
-        },
+        thresholds: config.thresholds(),
         ..Settings::default()
     }
-}
-
-fn executor_threshold(heartbeat_interval: Duration) -> Duration {
-    heartbeat_interval.mul_f64(Thresholds::GRACE_MULTIPLIER)
 }
 
 /// One configured executor, with the check its kind gets: Celery's checks its
@@ -126,30 +130,41 @@ pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Resu
     }
 }
 
-/// Completes on SIGTERM or Ctrl-C (SIGINT).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Completes on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when this
+/// is called, not when the future is first polled: a SIGTERM that arrives just
+/// after "overseer is running" is logged still ends the service gracefully.
+/// Call it within the runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &'static str| {
+            signal(kind)
+                .inspect_err(|e| tracing::error!(error = %e, "cannot listen for {name}"))
+                .ok()
+        };
+        let terminate = listen(SignalKind::terminate(), "SIGTERM");
+        let interrupt = listen(SignalKind::interrupt(), "Ctrl-C");
+        async move {
+            let recv = |signal: Option<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = recv(terminate) => {}
+                () = recv(interrupt) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }

@@ -1,10 +1,12 @@
 //! JSON error bodies, in the shape Airflow's API (FastAPI) gives them:
 //! `{"detail": "..."}`.
 
-use actix_web::http::{StatusCode, header};
+use actix_web::http::{ConnectionType, StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, error};
 use serde::Serialize;
 use utoipa::ToSchema;
+
+use crate::STREAM_RETRY_AFTER;
 
 /// An error's body.
 #[derive(Debug, Serialize, ToSchema)]
@@ -40,6 +42,27 @@ pub async fn stream_method_not_allowed() -> HttpResponse {
     response
         .headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
+    response
+}
+
+/// One SSE client more than `max_stream_clients`: 503, with `Retry-After` and
+/// the plain route to poll instead. The connection is closed, so a refused
+/// client holds no descriptor once it has its answer.
+pub fn stream_at_capacity(max_stream_clients: usize) -> HttpResponse {
+    let mut response = json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "The health stream is at capacity ({max_stream_clients} clients, \
+             api.max_stream_clients); retry later, or poll GET /api/v2/monitor/health"
+        ),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        header::HeaderValue::from(STREAM_RETRY_AFTER.as_secs()),
+    );
+    response
+        .head_mut()
+        .set_connection_type(ConnectionType::Close);
     response
 }
 

@@ -1,6 +1,8 @@
 //! `GET /api/v2/monitor/health` and its live stream.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::http::StatusCode;
 use actix_web::web::{Bytes, Data, Query};
@@ -8,7 +10,7 @@ use actix_web::{HttpResponse, http::header};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::{ApiState, KEEP_ALIVE};
+use crate::{ApiState, KEEP_ALIVE, errors};
 
 /// The query `GET /api/v2/monitor/health` takes.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -49,20 +51,37 @@ pub async fn health(state: Data<ApiState>, query: Query<HealthQuery>) -> HttpRes
 /// Server-Sent Events: one `report` event with the whole report now and at each
 /// change, and a keep-alive comment when idle. Each client has its own view of
 /// the latest report: a slow one skips to the newest and delays no one.
+///
+/// At most `max_stream_clients` are served at once; one more gets 503 and is pointed at
+/// the plain health route.
 #[utoipa::path(
     get,
     tag = "monitor",
     path = "/api/v2/monitor/health/stream",
-    responses((status = 200, description = "text/event-stream of `report` events, each a HealthResponse", content_type = "text/event-stream", body = String))
+    responses(
+        (status = 200, description = "text/event-stream of `report` events, each a HealthResponse", content_type = "text/event-stream", body = String),
+        (status = 503, description = "api.max_stream_clients streams are open already: retry after Retry-After seconds, or poll GET /api/v2/monitor/health",
+            body = crate::errors::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before reconnecting"))),
+    )
 )]
 pub async fn stream(state: Data<ApiState>) -> HttpResponse {
+    let Some(place) = StreamPlace::take(&state.open_streams, state.max_stream_clients) else {
+        tracing::debug!(
+            max_stream_clients = state.max_stream_clients,
+            "refused an SSE client: the stream is at capacity"
+        );
+        return errors::stream_at_capacity(state.max_stream_clients);
+    };
     let mut reports = state.reports.clone();
     reports.mark_changed();
     let shutdown = state.shutdown.clone();
     let keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    // The place rides along with the stream: actix drops the stream when the
+    // client goes or the service stops, and the place is free again.
     let events = futures_util::stream::unfold(
-        (reports, shutdown, keep_alive),
-        |(mut reports, mut shutdown, mut keep_alive)| async move {
+        (reports, shutdown, keep_alive, place),
+        |(mut reports, mut shutdown, mut keep_alive, place)| async move {
             let event = tokio::select! {
                 changed = reports.changed() => match changed {
                     Ok(()) => {
@@ -75,7 +94,12 @@ pub async fn stream(state: Data<ApiState>) -> HttpResponse {
                 _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
                 _ = shutdown.wait_for(|stopping| *stopping) => None,
             };
-            event.map(|event| (Ok::<_, Infallible>(event), (reports, shutdown, keep_alive)))
+            event.map(|event| {
+                (
+                    Ok::<_, Infallible>(event),
+                    (reports, shutdown, keep_alive, place),
+                )
+            })
         },
     );
     HttpResponse::Ok()
@@ -83,4 +107,47 @@ pub async fn stream(state: Data<ApiState>) -> HttpResponse {
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(events)
+}
+
+/// One of the `max_stream_clients` places in the SSE stream, held by a stream
+/// for as long as it lives and given back when it is dropped, whatever ends it
+/// (the client leaves, the service stops).
+#[derive(Debug)]
+pub struct StreamPlace {
+    open: Arc<AtomicUsize>,
+}
+
+impl StreamPlace {
+    /// A place, if fewer than `max` streams are open; counted in `open` until dropped.
+    pub fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Self { open: open.clone() })
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_run_out_at_the_cap_and_come_back_when_dropped() {
+        let open = Arc::new(AtomicUsize::new(0));
+        let held: Vec<_> = (0..3).map(|_| StreamPlace::take(&open, 3)).collect();
+        assert!(held.iter().all(Option::is_some));
+        assert_eq!(open.load(Ordering::Acquire), 3);
+        assert!(StreamPlace::take(&open, 3).is_none());
+        assert_eq!(open.load(Ordering::Acquire), 3, "a refusal takes nothing");
+        drop(held);
+        assert_eq!(open.load(Ordering::Acquire), 0);
+        assert!(StreamPlace::take(&open, 3).is_some());
+    }
 }

@@ -23,6 +23,7 @@ pub mod schema;
 
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, dev::Server, web};
@@ -38,6 +39,9 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an idle SSE stream sends a keep-alive comment, so proxies keep it open.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// How long a client refused by a full SSE stream is asked to wait (`Retry-After`).
+pub const STREAM_RETRY_AFTER: Duration = Duration::from_secs(10);
+
 /// What every handler reads.
 #[derive(Clone)]
 pub struct ApiState {
@@ -47,6 +51,13 @@ pub struct ApiState {
     pub metrics: Arc<metrics::Metrics>,
     /// Flips to `true` when the service shuts down: SSE streams end then.
     pub shutdown: watch::Receiver<bool>,
+    /// The most SSE clients served at once (`api.max_stream_clients`). Each
+    /// holds a socket for as long as it stays; one more gets 503, so stream
+    /// clients can never take every descriptor and starve the probes.
+    pub max_stream_clients: usize,
+    /// SSE streams open now, across every worker: each holds a
+    /// [`health::StreamPlace`] and gives it back when it ends.
+    pub open_streams: Arc<AtomicUsize>,
 }
 
 /// Registers every route on an actix-web app.
@@ -93,7 +104,18 @@ pub fn routes(config: &mut web::ServiceConfig) {
 
 /// The HTTP server on `listener`, until its handle stops it. Signals are the
 /// caller's to handle.
-pub fn server(state: ApiState, listener: TcpListener) -> std::io::Result<Server> {
+///
+/// It holds at most `max_connections` connections at once, all workers
+/// together (the caller sizes it from the open-file limit). At that number it
+/// stops calling `accept()`, and new connections wait in the listen backlog
+/// until one closes, instead of `accept()` failing with EMFILE, which makes
+/// actix-server stop accepting for 500 ms at a time, probes included.
+pub fn server(
+    state: ApiState,
+    listener: TcpListener,
+    max_connections: usize,
+) -> std::io::Result<Server> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))
@@ -103,6 +125,12 @@ pub fn server(state: ApiState, listener: TcpListener) -> std::io::Result<Server>
     })
     .disable_signals()
     .shutdown_timeout(SHUTDOWN_TIMEOUT.as_secs())
+    .workers(workers)
+    // actix counts connections per worker.
+    .max_connections((max_connections / workers).max(1))
+    // A client that closes its end is gone: end its response (an SSE stream
+    // gives its place back at once, not at its next write).
+    .h1_allow_half_closed(false)
     .listen(listener)?
     .run())
 }

@@ -302,12 +302,17 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>)
 pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
     let encoder = TextEncoder::new();
     let mut body = Vec::new();
-    let families: Vec<MetricFamily> = state
-        .metrics
-        .gather()
-        .into_iter()
-        .filter(|f| !f.get_metric().is_empty())
-        .collect();
+    let mut families = state.metrics.gather();
+    families.push(family(
+        "overseer_stream_clients",
+        "Server-Sent Events clients connected now (at most api.max_stream_clients).",
+        MetricType::GAUGE,
+        vec![gauge(
+            vec![],
+            state.open_streams.load(Ordering::Relaxed) as f64,
+        )],
+    ));
+    families.retain(|f| !f.get_metric().is_empty());
     if let Err(e) = encoder.encode(&families, &mut body) {
         tracing::error!(error = %e, "cannot encode metrics");
         return HttpResponse::InternalServerError().finish();
