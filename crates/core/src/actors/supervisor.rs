@@ -10,6 +10,11 @@
 //!    verdict is logged and dropped, and the next tick polls again.
 //!
 //! Verdicts go to a [`Verdict`] recipient (the [`Aggregator`](super::Aggregator)).
+//!
+//! The log says what an operator acts on, once: a verdict that turns `unhealthy`
+//! is one `WARN` line naming the executor, its instance and the reason; the
+//! return to `healthy` is one `INFO` line. Repeated verdicts, timeouts and late
+//! answers (each poll's detail) are `DEBUG`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +84,9 @@ struct Polled {
     in_flight: Option<InFlight>,
     /// The verdict last reported, and the run of equal observations behind it.
     reported: ExecutorHealth,
+    /// When `reported` took its state (`healthy`, `unhealthy`, `unknown`), for the
+    /// line that ends it.
+    since: Instant,
     failures: u32,
     successes: u32,
 }
@@ -106,6 +114,7 @@ impl HealthSupervisor {
                 label,
                 in_flight: None,
                 reported: ExecutorHealth::Unknown,
+                since: Instant::now(),
                 failures: 0,
                 successes: 0,
             })
@@ -162,7 +171,8 @@ impl HealthSupervisor {
             }
             in_flight.timed_out = true;
             ExecutorStats::bump(&executor.stats.timeouts);
-            tracing::warn!(executor = %executor.label, "{reason}");
+            // The verdict's line says it, once; a poll's timeout is detail.
+            tracing::debug!(executor = %executor.label, "{reason}");
             self.observe(index, ExecutorHealth::unhealthy(reason.clone()));
         }
     }
@@ -177,7 +187,7 @@ impl HealthSupervisor {
         });
         if in_flight.timed_out {
             ExecutorStats::bump(&executor.stats.late_replies);
-            tracing::info!(
+            tracing::debug!(
                 executor = %executor.label,
                 verdict = %health,
                 after = ?in_flight.sent.elapsed(),
@@ -215,8 +225,14 @@ impl HealthSupervisor {
         if !report {
             return;
         }
-        if executor.reported != observed {
-            tracing::info!(executor = %executor.label, verdict = %observed, "verdict changed");
+        log_change(
+            &executor.label,
+            &executor.reported,
+            &observed,
+            executor.since.elapsed(),
+        );
+        if executor.reported.as_str() != observed.as_str() {
+            executor.since = Instant::now();
         }
         executor.reported = observed.clone();
         self.sink.do_send(Verdict {
@@ -224,6 +240,31 @@ impl HealthSupervisor {
             health: observed,
             checked_at: Utc::now(),
         });
+    }
+}
+
+/// One line per change of state, none per poll: `WARN` when an executor turns
+/// unhealthy (with the reason), `INFO` when it is healthy (again) or unknown. A
+/// new reason while it stays unhealthy is `DEBUG` (a reason may carry a count
+/// that changes at every poll). `lasted` is how long `before`'s state lasted.
+fn log_change(executor: &str, before: &ExecutorHealth, after: &ExecutorHealth, lasted: Duration) {
+    use ExecutorHealth::{Healthy, Unhealthy, Unknown};
+    match (before, after) {
+        (Unhealthy { reason: old }, Unhealthy { reason }) => {
+            if old != reason {
+                tracing::debug!(executor = %executor, %reason, "executor still unhealthy, for another reason");
+            }
+        }
+        (_, Unhealthy { reason }) => {
+            tracing::warn!(executor = %executor, %reason, "executor turned unhealthy");
+        }
+        (Unhealthy { .. }, Healthy) => {
+            let unhealthy_for = format!("{}s", lasted.as_secs_f64().round());
+            tracing::info!(executor = %executor, %unhealthy_for, "executor is healthy again");
+        }
+        (Unknown, Healthy) => tracing::info!(executor = %executor, "executor is healthy"),
+        (Healthy, Healthy) | (Unknown, Unknown) => {}
+        (_, Unknown) => tracing::info!(executor = %executor, "executor's verdict is unknown"),
     }
 }
 
