@@ -1,28 +1,28 @@
 //! Overseer embedded in an actix-web application: the app serves its own routes
-//! and, at `/health`, the report Overseer publishes. Handlers read the latest
-//! report; none touches the database.
+//! beside Overseer's (the dashboard at `/`, `/api/v2/monitor/health`, its stream,
+//! `/metrics`, `/openapi.json`), and mounts Overseer's health handler at a path
+//! of its own, `/health`. Handlers read the latest report; none touches the
+//! database.
 //!
 //! ```sh
-//! cargo run --example actix_web_app                  # http://127.0.0.1:8090/health, until Ctrl-C
+//! cargo run --example actix_web_app                  # http://127.0.0.1:8090/, until Ctrl-C
 //! EXAMPLE_BIND=127.0.0.1:0 EXAMPLE_RUN_FOR=5s cargo run --example actix_web_app
 //! ```
 
 use std::time::Duration;
 
-use actix_web::{App, HttpResponse, HttpServer, get, web};
+use actix_web::{App, HttpServer, get, web};
+use overseer_api::ApiState;
 use overseer_core::{Executor, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
+use tokio::sync::watch;
 
-#[get("/health")]
-async fn health(overseer: web::Data<Overseer>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(overseer.report().json().to_owned())
-}
+/// The most SSE clients this app serves at once.
+const MAX_STREAM_CLIENTS: usize = 16;
 
-#[get("/")]
-async fn index() -> &'static str {
-    "an application that embeds Overseer: see /health\n"
+#[get("/hello")]
+async fn hello() -> &'static str {
+    "an application that embeds Overseer: see / and /health\n"
 }
 
 #[actix_web::main]
@@ -39,26 +39,30 @@ async fn main() -> anyhow::Result<()> {
     Migrator::up(&db, None).await?;
     db.close().await?;
 
-    let overseer = web::Data::new(
-        Overseer::builder()
-            .database(&url)
-            .executor(Executor::unchecked("LocalExecutor"))
-            .poll_interval(Duration::from_secs(1))
-            .poll_timeout(Duration::from_millis(500))
-            .heartbeat_interval(Duration::from_secs(1))
-            .refresh_interval(Duration::from_millis(200))
-            .start()
-            .await?,
-    );
+    let overseer = Overseer::builder()
+        .database(&url)
+        .executor(Executor::unchecked("LocalExecutor"))
+        .poll_interval(Duration::from_secs(1))
+        .poll_timeout(Duration::from_millis(500))
+        .heartbeat_interval(Duration::from_secs(1))
+        .refresh_interval(Duration::from_millis(200))
+        .start()
+        .await?;
 
-    let app_state = overseer.clone();
+    // Everything Overseer's routes read; `stopping` ends their SSE streams.
+    let (stopping, stopping_rx) = watch::channel(false);
+    let state = web::Data::new(ApiState::new(&overseer, stopping_rx, MAX_STREAM_CLIENTS));
     let server = HttpServer::new(move || {
         App::new()
-            .app_data(app_state.clone())
-            .service(health)
-            .service(index)
+            .app_data(state.clone())
+            .service(hello)
+            .route("/health", web::get().to(overseer_api::health::health))
+            .configure(overseer_api::routes)
     })
     .workers(1)
+    // On Ctrl-C actix stops the server itself, without `stopping`: open SSE
+    // streams are cut after this long instead of its default 30 s.
+    .shutdown_timeout(overseer_api::SHUTDOWN_TIMEOUT.as_secs())
     .bind(&bind)?;
     for address in server.addrs() {
         println!("listening on http://{address}");
@@ -68,15 +72,13 @@ async fn main() -> anyhow::Result<()> {
     if let Some(run_for) = run_for {
         actix_web::rt::spawn(async move {
             actix_web::rt::time::sleep(run_for).await;
+            let _ = stopping.send(true);
             handle.stop(true).await;
         });
     }
     server.await?;
 
-    // The server is gone: this is the last reference, so Overseer can end its rows.
-    match std::sync::Arc::try_unwrap(overseer.into_inner()) {
-        Ok(overseer) => overseer.shutdown().await?,
-        Err(_) => eprintln!("overseer still shared; its rows end in the background"),
-    }
+    // The server is gone: Overseer writes its last verdicts and ends its rows.
+    overseer.shutdown().await?;
     Ok(())
 }

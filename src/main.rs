@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use overseer::cli::{Cli, Command, JobsAction, MigrateAction};
 use overseer::config::{self, Config, Overrides};
-use overseer::probe::{self, Verdict};
+use overseer::probe::{self, Outcome};
 use overseer::{db, logging, serve};
 use overseer_migration::{Migrator, MigratorTrait};
 
@@ -55,8 +55,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command, config)) {
-        Ok(Verdict::Healthy) => ExitCode::SUCCESS,
-        Ok(Verdict::Unhealthy) => ExitCode::FAILURE,
+        Ok(Outcome::Healthy) => ExitCode::SUCCESS,
+        Ok(Outcome::Unhealthy) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("error: {}", scrubber.scrub(&format!("{e:#}")));
             ExitCode::FAILURE
@@ -65,19 +65,19 @@ fn main() -> ExitCode {
 }
 
 /// Runs a command; `Unhealthy` makes the exit code 1 without an error message.
-async fn run(command: Command, config: Config) -> anyhow::Result<Verdict> {
+async fn run(command: Command, config: Config) -> anyhow::Result<Outcome> {
     match command {
         Command::Serve { .. } => serve::run(config, serve::shutdown_signal())
             .await
-            .map(|()| Verdict::Healthy),
+            .map(|()| Outcome::Healthy),
         Command::Config => {
             let text = toml::to_string(&config).context("while printing the configuration")?;
             print!("{text}");
-            Ok(Verdict::Healthy)
+            Ok(Outcome::Healthy)
         }
         Command::Migrate { action } => migrate(action.unwrap_or(MigrateAction::Up), &config)
             .await
-            .map(|()| Verdict::Healthy),
+            .map(|()| Outcome::Healthy),
         Command::Health { url, json } => {
             let url = url.unwrap_or_else(|| probe::default_url(&config));
             tokio::task::spawn_blocking(move || probe::health(&url, json)).await?
@@ -92,7 +92,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<Verdict> {
                     local,
                 },
         } => {
-            let outcome = probe::jobs_check(
+            let answer = probe::jobs_check(
                 &config,
                 job_type.as_deref(),
                 hostname.as_deref(),
@@ -101,14 +101,14 @@ async fn run(command: Command, config: Config) -> anyhow::Result<Verdict> {
                 local,
             )
             .await?;
-            Ok(match outcome {
+            Ok(match answer {
                 Ok(message) => {
                     println!("{message}");
-                    Verdict::Healthy
+                    Outcome::Healthy
                 }
                 Err(message) => {
                     eprintln!("{message}");
-                    Verdict::Unhealthy
+                    Outcome::Unhealthy
                 }
             })
         }

@@ -15,9 +15,10 @@ use crate::db;
 /// anything slower means it is in trouble.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What a probe concluded.
+/// What a probe concluded, and so its exit code (`0` healthy, `1` unhealthy).
+/// Not an executor's verdict (that is `ExecutorHealth`): the whole answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Outcome {
     /// Nothing is unhealthy.
     Healthy,
     /// Something is unhealthy, or the service could not be asked.
@@ -36,7 +37,7 @@ pub fn default_url(config: &Config) -> String {
 
 /// `overseer health`: prints the report (a table, or the JSON) and says whether
 /// anything is unhealthy.
-pub fn health(url: &str, json: bool) -> anyhow::Result<Verdict> {
+pub fn health(url: &str, json: bool) -> anyhow::Result<Outcome> {
     let endpoint = format!("{}/api/v2/monitor/health", url.trim_end_matches('/'));
     let body = match ureq::get(&endpoint).timeout(HEALTH_TIMEOUT).call() {
         Ok(response) => response.into_string(),
@@ -66,9 +67,9 @@ pub fn health(url: &str, json: bool) -> anyhow::Result<Verdict> {
         .iter()
         .any(|c| report[c]["status"] == "unhealthy");
     Ok(if unhealthy {
-        Verdict::Unhealthy
+        Outcome::Unhealthy
     } else {
-        Verdict::Healthy
+        Outcome::Healthy
     })
 }
 

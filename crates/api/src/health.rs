@@ -30,8 +30,8 @@ pub struct HealthQuery {
     path = "/api/v2/monitor/health",
     params(HealthQuery),
     responses(
-        (status = 200, description = "The report (always, unless strict)", body = crate::schema::HealthResponse),
-        (status = 503, description = "strict=true and some component is unhealthy", body = crate::schema::HealthResponse),
+        (status = 200, description = "The report (always, unless strict)", body = overseer_core::HealthReport),
+        (status = 503, description = "strict=true and some component is unhealthy", body = overseer_core::HealthReport),
         (status = 400, description = "A malformed query string", body = crate::errors::ErrorBody),
     )
 )]
@@ -59,7 +59,7 @@ pub async fn health(state: Data<ApiState>, query: Query<HealthQuery>) -> HttpRes
     tag = "monitor",
     path = "/api/v2/monitor/health/stream",
     responses(
-        (status = 200, description = "text/event-stream of `report` events, each a HealthResponse", content_type = "text/event-stream", body = String),
+        (status = 200, description = "text/event-stream of `report` events, each a HealthReport", content_type = "text/event-stream", body = String),
         (status = 503, description = "api.max_stream_clients streams are open already: retry after Retry-After seconds, or poll GET /api/v2/monitor/health",
             body = crate::errors::ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before reconnecting"))),

@@ -9,17 +9,23 @@
 //! # Layout
 //! - [`health`]: `GET /api/v2/monitor/health` (`?strict=true`) and its
 //!   Server-Sent Events stream.
-//! - [`schema`]: the response types and the generated OpenAPI document.
+//! - [`openapi`]: `GET /openapi.json`, generated from the types the responses
+//!   are written from (the report's are core's own).
 //! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
 //! - [`dashboard`]: `GET /`, a self-contained page for people.
-//! - `GET /api/v2/version` ([`schema::version`]): a static answer, in Airflow's shape.
+//! - [`version`]: `GET /api/v2/version`, a static answer in Airflow's shape.
 //! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
+//!
+//! A program that embeds Overseer serves these routes with [`ApiState::new`]
+//! and [`routes`] in an actix-web app of its own; `overseer serve` runs them in
+//! [`server`].
 
 pub mod dashboard;
 pub mod errors;
 pub mod health;
 pub mod metrics;
-pub mod schema;
+pub mod openapi;
+pub mod version;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -27,7 +33,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use actix_web::{App, HttpServer, dev::Server, web};
-use overseer_core::HealthReport;
+use overseer_core::{HealthReport, Overseer};
 use tokio::sync::watch;
 
 /// The largest request body accepted: no route takes one, so anything bigger is abuse.
@@ -60,7 +66,32 @@ pub struct ApiState {
     pub open_streams: Arc<AtomicUsize>,
 }
 
-/// Registers every route on an actix-web app.
+impl ApiState {
+    /// What the routes read, from a running [`Overseer`]: its reports and
+    /// counters. SSE streams end when `shutdown` turns `true` (send it before
+    /// stopping the HTTP server, or a graceful stop waits for them); at most
+    /// `max_stream_clients` are served at once.
+    pub fn new(
+        overseer: &Overseer,
+        shutdown: watch::Receiver<bool>,
+        max_stream_clients: usize,
+    ) -> Self {
+        Self {
+            reports: overseer.watch(),
+            metrics: Arc::new(metrics::Metrics::new(
+                overseer.executor_stats(),
+                overseer.aggregator_stats(),
+                overseer.watch(),
+            )),
+            shutdown,
+            max_stream_clients,
+            open_streams: Arc::default(),
+        }
+    }
+}
+
+/// Registers every route on an actix-web app, which must hold the
+/// [`ApiState`] as `web::Data<ApiState>`.
 pub fn routes(config: &mut web::ServiceConfig) {
     config
         .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
@@ -84,14 +115,14 @@ pub fn routes(config: &mut web::ServiceConfig) {
         )
         .service(
             web::resource("/openapi.json")
-                .route(web::get().to(schema::openapi))
-                .route(web::head().to(schema::openapi))
+                .route(web::get().to(openapi::openapi))
+                .route(web::head().to(openapi::openapi))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(
             web::resource("/api/v2/version")
-                .route(web::get().to(schema::version))
-                .route(web::head().to(schema::version))
+                .route(web::get().to(version::version))
+                .route(web::head().to(version::version))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(

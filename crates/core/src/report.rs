@@ -8,11 +8,16 @@
 //! threshold). With no job the scheduler is `unhealthy`, the triggerer and DAG
 //! processor `null`. Overseer adds `detailed_status` and `instances` per
 //! component, and the `executor` entry.
+//!
+//! The report's types are its JSON: serde writes them (field order, `null`s and
+//! Python's timestamps as Airflow has them) once per report, and utoipa describes
+//! the same types for the API's OpenAPI document, so the two cannot drift.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde::{Serialize, Serializer};
+use utoipa::ToSchema;
 
 use crate::entity::job;
 use crate::job::{ExecutorHealth, JobState, JobType};
@@ -88,7 +93,8 @@ pub struct JobRows {
 }
 
 /// `healthy` or `unhealthy`, as Airflow writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Status {
     Healthy,
     Unhealthy,
@@ -107,8 +113,9 @@ impl Status {
     }
 }
 
-/// How a component's instances are doing together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a component's live instances are doing together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum DetailedStatus {
     /// Every live instance is fine (and there is at least one).
     Healthy,
@@ -136,55 +143,217 @@ impl DetailedStatus {
     }
 }
 
-/// One live instance of an Airflow component.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ComponentInstance {
-    pub hostname: Option<String>,
-    pub latest_heartbeat: Option<DateTime<Utc>>,
+/// `metadatabase`: whether the Jobs table could be read. (In Rust the report
+/// holds the `Status` alone; this is the object the JSON wraps it in.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetadatabaseEntry {
+    /// `unhealthy` when the last read of the Jobs table failed.
+    pub status: Status,
 }
 
-/// One Airflow component: scheduler, triggerer or DAG processor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Component {
-    /// Airflow's: `None` for a triggerer or DAG processor that never ran.
-    pub status: Option<Status>,
-    /// Airflow's: the most recent job's heartbeat, alive or not.
-    pub latest_heartbeat: Option<DateTime<Utc>>,
-    pub detailed_status: DetailedStatus,
-    pub instances: Vec<ComponentInstance>,
+/// One of Airflow's components (scheduler, triggerer, DAG processor): its entry
+/// and the type of its live instances. Airflow names the heartbeat after the
+/// component (`latest_scheduler_heartbeat`, ...), so each component has types
+/// of its own; in Rust the field is `latest_heartbeat` in all three.
+///
+/// The key and the docs are taken as `tt`, not `literal`: utoipa does not see
+/// through the invisible group a `literal` fragment is wrapped in, and would
+/// name the property `latest_heartbeat` where serde writes the key.
+macro_rules! component_entry {
+    (
+        $(#[doc = $entry_doc:tt])* $entry:ident,
+        $(#[doc = $instance_doc:tt])* $instance:ident,
+        $heartbeat:tt
+    ) => {
+        $(#[doc = $instance_doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $instance {
+            /// The host its process runs on.
+            pub hostname: Option<String>,
+            /// Its latest heartbeat, as Python's `isoformat()` writes it:
+            /// `2026-11-29T19:48:48.365305+00:00`.
+            #[serde(rename = $heartbeat, serialize_with = "optional_timestamp")]
+            #[schema(value_type = Option<String>, format = DateTime)]
+            pub latest_heartbeat: Option<DateTime<Utc>>,
+        }
+
+        $(#[doc = $entry_doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $entry {
+            /// Airflow's: `healthy` when the most recent job is alive; `null`
+            /// when a triggerer or DAG processor never ran (a scheduler that
+            /// never ran is `unhealthy`).
+            pub status: Option<Status>,
+            /// Airflow's: the most recent job's heartbeat, alive or not.
+            #[serde(rename = $heartbeat, serialize_with = "optional_timestamp")]
+            #[schema(value_type = Option<String>, format = DateTime)]
+            pub latest_heartbeat: Option<DateTime<Utc>>,
+            pub detailed_status: DetailedStatus,
+            /// The live instances, by host name.
+            pub instances: Vec<$instance>,
+        }
+
+        impl From<ComponentParts> for $entry {
+            fn from(parts: ComponentParts) -> Self {
+                Self {
+                    status: parts.status,
+                    latest_heartbeat: parts.latest_heartbeat,
+                    detailed_status: DetailedStatus::from_counts(
+                        parts.instances.len(),
+                        parts.instances.len(),
+                    ),
+                    instances: parts
+                        .instances
+                        .into_iter()
+                        .map(|(hostname, latest_heartbeat)| $instance {
+                            hostname,
+                            latest_heartbeat,
+                        })
+                        .collect(),
+                }
+            }
+        }
+    };
 }
 
-/// One live executor row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+component_entry! {
+    /// `scheduler`: by Airflow's rules (its most recent job), and its live instances.
+    SchedulerEntry,
+    /// One live scheduler: a running row with a heartbeat younger than its threshold.
+    SchedulerInstance,
+    "latest_scheduler_heartbeat"
+}
+
+component_entry! {
+    /// `triggerer`: by Airflow's rules (its most recent job), and its live instances.
+    TriggererEntry,
+    /// One live triggerer: a running row with a heartbeat younger than its threshold.
+    TriggererInstance,
+    "latest_triggerer_heartbeat"
+}
+
+component_entry! {
+    /// `dag_processor`: by Airflow's rules (its most recent job), and its live instances.
+    DagProcessorEntry,
+    /// One live DAG processor: a running row with a heartbeat younger than its threshold.
+    DagProcessorInstance,
+    "latest_dag_processor_heartbeat"
+}
+
+/// What [`HealthReport::build`] finds for one of Airflow's components, before
+/// it takes its component's type.
+struct ComponentParts {
+    status: Option<Status>,
+    latest_heartbeat: Option<DateTime<Utc>>,
+    /// `(hostname, latest_heartbeat)` of each live instance, sorted by host.
+    instances: Vec<(Option<String>, Option<DateTime<Utc>>)>,
+}
+
+/// The word of an executor's verdict, as `job.executor_health` stores it: an
+/// `ExecutorHealth` without its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorHealthKind {
+    Healthy,
+    Unhealthy,
+    Unknown,
+}
+
+/// An executor's verdict as the report writes it: two fields of its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub struct VerdictFields<'a> {
+    /// The verdict.
+    pub health: ExecutorHealthKind,
+    /// Why, for `unhealthy`; never a credential.
+    pub reason: Option<&'a str>,
+}
+
+impl<'a> From<&'a ExecutorHealth> for VerdictFields<'a> {
+    fn from(health: &'a ExecutorHealth) -> Self {
+        let kind = match health {
+            ExecutorHealth::Healthy => ExecutorHealthKind::Healthy,
+            ExecutorHealth::Unhealthy { .. } => ExecutorHealthKind::Unhealthy,
+            ExecutorHealth::Unknown => ExecutorHealthKind::Unknown,
+        };
+        Self {
+            health: kind,
+            reason: health.reason(),
+        }
+    }
+}
+
+/// One live executor row: one executor, supervised from one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ExecutorInstance {
+    /// As Airflow names it: `CeleryExecutor`, `alias:CeleryExecutor`.
     pub executor: Option<String>,
+    /// What counts as the instance: for Celery the broker, without credentials.
     pub instance: Option<String>,
+    /// The host of the supervising process.
     pub hostname: Option<String>,
+    /// The row's latest heartbeat.
+    #[serde(
+        rename = "latest_executor_heartbeat",
+        serialize_with = "optional_timestamp"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub latest_heartbeat: Option<DateTime<Utc>>,
+    /// The verdict, written as `health` and `reason`.
+    #[serde(flatten, serialize_with = "verdict_fields")]
+    #[schema(value_type = VerdictFields)]
     pub health: ExecutorHealth,
+    /// When the verdict was made.
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub checked_at: Option<DateTime<Utc>>,
 }
 
-/// The `executor` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The `executor` entry: Overseer's addition, every supervised executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExecutorEntry {
+    /// `healthy` when at least one live row exists and none says `unhealthy`
+    /// (`unknown` never counts as dead).
     pub status: Status,
+    /// The most recent executor row's heartbeat, alive or not.
+    #[serde(
+        rename = "latest_executor_heartbeat",
+        serialize_with = "optional_timestamp"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub latest_heartbeat: Option<DateTime<Utc>>,
     pub detailed_status: DetailedStatus,
+    /// The live executor rows, of every host, by host, executor and instance.
     pub instances: Vec<ExecutorInstance>,
 }
 
-/// The whole report, immutable once built, with its JSON rendered once.
-#[derive(Debug, Clone, PartialEq)]
+/// The whole report, immutable once built, with its JSON rendered once: the
+/// body of `GET /api/v2/monitor/health`. Airflow 3.3's fields, plus
+/// `detailed_status` and `instances` per component and the `executor` entry.
+//
+// The JSON (serde) and the OpenAPI schema (utoipa) both come from this type and
+// its parts; their docs are the document's descriptions.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct HealthReport {
+    /// Whether the Jobs table could be read (written as `{"status": ...}`).
+    #[serde(serialize_with = "metadatabase_entry")]
+    #[schema(value_type = MetadatabaseEntry)]
     pub metadatabase: Status,
-    pub scheduler: Component,
-    pub triggerer: Component,
-    pub dag_processor: Component,
+    pub scheduler: SchedulerEntry,
+    pub triggerer: TriggererEntry,
+    pub dag_processor: DagProcessorEntry,
     /// Present when some executor row has no `end_date`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub executor: Option<ExecutorEntry>,
     /// When the report was built.
+    #[serde(skip)]
     pub generated_at: DateTime<Utc>,
+    /// The JSON, rendered by [`HealthReport::build`].
+    #[serde(skip)]
     json: String,
 }
 
@@ -206,20 +375,16 @@ impl HealthReport {
                 None if required => Some(Status::Unhealthy),
                 None => None,
             };
-            let mut instances: Vec<ComponentInstance> = rows
+            let mut instances: Vec<(Option<String>, Option<DateTime<Utc>>)> = rows
                 .live
                 .iter()
                 .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()) && alive(r, job_type))
-                .map(|r| ComponentInstance {
-                    hostname: r.hostname.clone(),
-                    latest_heartbeat: r.latest_heartbeat,
-                })
+                .map(|r| (r.hostname.clone(), r.latest_heartbeat))
                 .collect();
-            instances.sort_by(|a, b| a.hostname.cmp(&b.hostname));
-            Component {
+            instances.sort_by(|a, b| a.0.cmp(&b.0));
+            ComponentParts {
                 status,
                 latest_heartbeat: latest.and_then(|r| r.latest_heartbeat),
-                detailed_status: DetailedStatus::from_counts(instances.len(), instances.len()),
                 instances,
             }
         };
@@ -267,14 +432,14 @@ impl HealthReport {
 
         let mut report = Self {
             metadatabase: Status::from_ok(metadatabase_ok),
-            scheduler: component(JobType::SchedulerJob, true),
-            triggerer: component(JobType::TriggererJob, false),
-            dag_processor: component(JobType::DagProcessorJob, false),
+            scheduler: component(JobType::SchedulerJob, true).into(),
+            triggerer: component(JobType::TriggererJob, false).into(),
+            dag_processor: component(JobType::DagProcessorJob, false).into(),
             executor,
             generated_at: now,
             json: String::new(),
         };
-        report.json = report.to_value().to_string();
+        report.json = serde_json::to_string(&report).expect("a report always serializes");
         report
     }
 
@@ -286,59 +451,16 @@ impl HealthReport {
     /// True when any component says `unhealthy` (`null` does not count).
     pub fn any_unhealthy(&self) -> bool {
         self.metadatabase == Status::Unhealthy
-            || [&self.scheduler, &self.triggerer, &self.dag_processor]
-                .iter()
-                .any(|c| c.status == Some(Status::Unhealthy))
+            || [
+                self.scheduler.status,
+                self.triggerer.status,
+                self.dag_processor.status,
+            ]
+            .contains(&Some(Status::Unhealthy))
             || self
                 .executor
                 .as_ref()
                 .is_some_and(|e| e.status == Status::Unhealthy)
-    }
-
-    fn to_value(&self) -> Value {
-        let component = |c: &Component, heartbeat_key: &str| {
-            let instances: Vec<Value> = c
-                .instances
-                .iter()
-                .map(|i| json!({"hostname": i.hostname, heartbeat_key: i.latest_heartbeat.map(airflow_timestamp)}))
-                .collect();
-            json!({
-                "status": c.status.map(Status::as_str),
-                heartbeat_key: c.latest_heartbeat.map(airflow_timestamp),
-                "detailed_status": c.detailed_status.as_str(),
-                "instances": instances,
-            })
-        };
-        let mut body = json!({
-            "metadatabase": {"status": self.metadatabase.as_str()},
-            "scheduler": component(&self.scheduler, "latest_scheduler_heartbeat"),
-            "triggerer": component(&self.triggerer, "latest_triggerer_heartbeat"),
-            "dag_processor": component(&self.dag_processor, "latest_dag_processor_heartbeat"),
-        });
-        if let Some(executor) = &self.executor {
-            let instances: Vec<Value> = executor
-                .instances
-                .iter()
-                .map(|i| {
-                    json!({
-                        "executor": i.executor,
-                        "instance": i.instance,
-                        "hostname": i.hostname,
-                        "latest_executor_heartbeat": i.latest_heartbeat.map(airflow_timestamp),
-                        "health": i.health.as_str(),
-                        "reason": i.health.reason(),
-                        "checked_at": i.checked_at.map(airflow_timestamp),
-                    })
-                })
-                .collect();
-            body["executor"] = json!({
-                "status": executor.status.as_str(),
-                "latest_executor_heartbeat": executor.latest_heartbeat.map(airflow_timestamp),
-                "detailed_status": executor.detailed_status.as_str(),
-                "instances": instances,
-            });
-        }
-        body
     }
 }
 
@@ -362,6 +484,30 @@ pub fn airflow_timestamp(at: DateTime<Utc>) -> String {
     } else {
         format!("{}.{micros:06}+00:00", at.format("%Y-%m-%dT%H:%M:%S"))
     }
+}
+
+/// Writes an optional time as [`airflow_timestamp`] does, or `null`.
+fn optional_timestamp<S: Serializer>(
+    at: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => serializer.serialize_str(&airflow_timestamp(*at)),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Writes the metadatabase's status as Airflow does: `{"status": ...}`.
+fn metadatabase_entry<S: Serializer>(status: &Status, serializer: S) -> Result<S::Ok, S::Error> {
+    MetadatabaseEntry { status: *status }.serialize(serializer)
+}
+
+/// Writes a verdict as the two fields of its instance, `health` and `reason`.
+fn verdict_fields<S: Serializer>(
+    health: &ExecutorHealth,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    VerdictFields::from(health).serialize(serializer)
 }
 
 /// The index of a job type in [`JobType::ALL`].
@@ -442,6 +588,86 @@ mod tests {
             .collect();
         let report = HealthReport::build(&job_rows, true, &thresholds(), now());
         serde_json::from_str(report.json()).unwrap()
+    }
+
+    /// A report with every shape a value can take: several hosts, a host name
+    /// that is null, whole-second and fractional timestamps, an ended component,
+    /// one that never ran, every verdict, a reason that needs escaping, and a
+    /// verdict not yet made.
+    fn every_shape() -> Vec<job::Model> {
+        let at = |micros: i64| Some(now() - chrono::Duration::microseconds(micros));
+        let executor = |id, host: &str, class: &str, health: ExecutorHealth, checked| job::Model {
+            executor_class: Some(class.into()),
+            executor_health_checked_at: checked,
+            ..executor_row(id, 1, host, health)
+        };
+        vec![
+            job::Model {
+                latest_heartbeat: at(2_000_000),
+                ..row(1, JobType::SchedulerJob, JobState::Running, 0, "sched-1")
+            },
+            job::Model {
+                hostname: None,
+                latest_heartbeat: at(3_365_305),
+                ..row(2, JobType::SchedulerJob, JobState::Running, 0, "")
+            },
+            row(3, JobType::TriggererJob, JobState::Success, 100, "trig-1"),
+            job::Model {
+                latest_heartbeat: at(365_305),
+                ..row(4, JobType::DagProcessorJob, JobState::Running, 0, "dp-1")
+            },
+            executor(
+                5,
+                "sched-1",
+                "CeleryExecutor",
+                ExecutorHealth::Healthy,
+                at(2_000_000),
+            ),
+            executor(
+                6,
+                "sched-2",
+                "alias:CeleryExecutor",
+                ExecutorHealth::unhealthy("broker \"redis://broker:6379/0\" refused: é\n\\"),
+                at(365_300),
+            ),
+            executor(7, "sched-2", "LocalExecutor", ExecutorHealth::Unknown, None),
+        ]
+    }
+
+    /// The JSON is what the hand-written renderer wrote before the report's
+    /// types wrote it themselves, byte for byte: Airflow's fields in Airflow's
+    /// order, `null`s, and Python's `isoformat()`.
+    #[test]
+    fn the_json_is_byte_for_byte_what_it_always_was() {
+        let mut job_rows = JobRows::default();
+        let rows = every_shape();
+        for job_type in JobType::ALL {
+            let mut of_type: Vec<&job::Model> = rows
+                .iter()
+                .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()))
+                .collect();
+            of_type.sort_by_key(|r| {
+                (
+                    r.state.as_deref() != Some("running"),
+                    std::cmp::Reverse(r.latest_heartbeat),
+                )
+            });
+            job_rows.most_recent[type_index(job_type)] = of_type.first().map(|r| (*r).clone());
+        }
+        job_rows.live = rows
+            .into_iter()
+            .filter(|r| r.state.as_deref() == Some("running"))
+            .collect();
+        let full = HealthReport::build(&job_rows, true, &thresholds(), now());
+        assert_eq!(
+            full.json(),
+            r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00"},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":null,"checked_at":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00"}]}}"##
+        );
+        let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
+        assert_eq!(
+            empty.json(),
+            r##"{"metadatabase":{"status":"unhealthy"},"scheduler":{"status":"unhealthy","latest_scheduler_heartbeat":null,"detailed_status":"down","instances":[]},"triggerer":{"status":null,"latest_triggerer_heartbeat":null,"detailed_status":"down","instances":[]},"dag_processor":{"status":null,"latest_dag_processor_heartbeat":null,"detailed_status":"down","instances":[]}}"##
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::job::ExecutorHealth;
 use crate::report::{HealthReport, JobRows, Thresholds};
 use crate::storage::{self, Session, VerdictRow};
 
-use super::supervisor::Verdict;
+use super::supervisor::NewVerdict;
 
 /// The longest wait between two write attempts while the database is down.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
@@ -298,10 +298,10 @@ impl Actor for Aggregator {
     }
 }
 
-impl Handler<Verdict> for Aggregator {
+impl Handler<NewVerdict> for Aggregator {
     type Result = ();
 
-    fn handle(&mut self, verdict: Verdict, _: &mut Context<Self>) {
+    fn handle(&mut self, verdict: NewVerdict, _: &mut Context<Self>) {
         let Some(row) = self.rows.get_mut(verdict.executor) else {
             return;
         };

@@ -9,7 +9,8 @@
 //!    `CheckHealth` queued or running, ever. A late answer clears the guard; its
 //!    verdict is logged and dropped, and the next tick polls again.
 //!
-//! Verdicts go to a [`Verdict`] recipient (the [`Aggregator`](super::Aggregator)).
+//! Verdicts go, as [`NewVerdict`] messages, to a recipient (the
+//! [`Aggregator`](super::Aggregator)).
 //!
 //! The log says what an operator acts on, once: a verdict that turns `unhealthy`
 //! is one `WARN` line naming the executor, its instance and the reason; the
@@ -29,10 +30,11 @@ use crate::stats::ExecutorStats;
 use super::executor::{CheckHealth, ExecutorActor};
 use super::short_duration;
 
-/// A verdict on one executor, by its index in the supervisor's list.
+/// The message carrying an executor's new verdict (one that passed the damping
+/// thresholds), by the executor's index in the supervisor's list.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
-pub struct Verdict {
+pub struct NewVerdict {
     /// The executor's index, in the order executors were given.
     pub executor: usize,
     /// The verdict.
@@ -95,7 +97,7 @@ struct Polled {
 pub struct HealthSupervisor {
     settings: PollSettings,
     executors: Vec<Polled>,
-    sink: Recipient<Verdict>,
+    sink: Recipient<NewVerdict>,
     tick: u64,
 }
 
@@ -104,7 +106,7 @@ impl HealthSupervisor {
     pub fn new(
         settings: PollSettings,
         executors: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)>,
-        sink: Recipient<Verdict>,
+        sink: Recipient<NewVerdict>,
     ) -> Self {
         let executors = executors
             .into_iter()
@@ -235,7 +237,7 @@ impl HealthSupervisor {
             executor.since = Instant::now();
         }
         executor.reported = observed.clone();
-        self.sink.do_send(Verdict {
+        self.sink.do_send(NewVerdict {
             executor: index,
             health: observed,
             checked_at: Utc::now(),

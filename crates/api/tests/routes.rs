@@ -1,0 +1,342 @@
+//! Every route of the API, in process (`actix_web::test`): an app built as an
+//! embedding program builds it (`routes` plus the state), serving reports the
+//! core built. No socket, no database, no actor.
+
+mod support;
+
+use std::pin::pin;
+use std::sync::Arc;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::ServiceResponse;
+use actix_web::http::{StatusCode, header};
+use actix_web::web::Bytes;
+use actix_web::{App, test, web};
+use overseer_api::errors;
+use serde_json::Value;
+use support::{Harness, full_report, healthy_report};
+
+/// The app `overseer serve` runs, without the server around it.
+macro_rules! app {
+    ($state:expr) => {
+        test::init_service(
+            App::new()
+                .app_data(web::Data::new($state.clone()))
+                .configure(overseer_api::routes)
+                .default_service(web::to(errors::not_found)),
+        )
+        .await
+    };
+}
+
+fn header_of(response: &ServiceResponse, name: header::HeaderName) -> String {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[actix_web::test]
+async fn health_serves_the_reports_own_json_byte_for_byte() {
+    let report = full_report();
+    let harness = Harness::new(report.clone(), 4);
+    let app = app!(harness.state);
+
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        header_of(&response, header::CONTENT_TYPE),
+        "application/json"
+    );
+    assert_eq!(header_of(&response, header::CACHE_CONTROL), "no-store");
+    assert_eq!(test::read_body(response).await, report.json().as_bytes());
+
+    // A new report is served as soon as it is published.
+    let healthy = healthy_report();
+    harness.reports.send_replace(Arc::new(healthy.clone()));
+    let body = test::call_and_read_body(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(body, healthy.json().as_bytes());
+}
+
+#[actix_web::test]
+async fn strict_is_503_while_anything_is_unhealthy_and_200_otherwise() {
+    let unhealthy = full_report();
+    assert!(unhealthy.any_unhealthy());
+    let harness = Harness::new(unhealthy.clone(), 4);
+    let app = app!(harness.state);
+    let get = |uri: &'static str| test::TestRequest::get().uri(uri).to_request();
+
+    for (uri, status) in [
+        ("/api/v2/monitor/health", StatusCode::OK),
+        ("/api/v2/monitor/health?strict=false", StatusCode::OK),
+        (
+            "/api/v2/monitor/health?strict=true",
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        let response = test::call_service(&app, get(uri)).await;
+        assert_eq!(response.status(), status, "{uri}");
+        assert_eq!(
+            test::read_body(response).await,
+            unhealthy.json().as_bytes(),
+            "{uri}: the report, whatever the status"
+        );
+    }
+
+    harness.reports.send_replace(Arc::new(healthy_report()));
+    let response = test::call_service(&app, get("/api/v2/monitor/health?strict=true")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let response = test::call_service(&app, get("/api/v2/monitor/health?strict=maybe")).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = test::read_body_json(response).await;
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid query string:"),
+        "{body}"
+    );
+}
+
+#[actix_web::test]
+async fn errors_are_json_in_fastapis_shape_and_405s_say_what_is_allowed() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get().uri("/no/such/route").to_request(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        test::read_body(response).await,
+        Bytes::from_static(br#"{"detail":"Not Found"}"#)
+    );
+
+    for (uri, allow) in [
+        ("/api/v2/monitor/health", "GET, HEAD"),
+        ("/api/v2/monitor/health/stream", "GET"),
+        ("/metrics", "GET, HEAD"),
+        ("/openapi.json", "GET, HEAD"),
+        ("/api/v2/version", "GET, HEAD"),
+        ("/", "GET, HEAD"),
+    ] {
+        let response =
+            test::call_service(&app, test::TestRequest::post().uri(uri).to_request()).await;
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{uri}");
+        assert_eq!(header_of(&response, header::ALLOW), allow, "{uri}");
+        assert_eq!(
+            test::read_body(response).await,
+            Bytes::from_static(br#"{"detail":"Method Not Allowed"}"#),
+            "{uri}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn head_answers_where_get_does() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+    for uri in [
+        "/api/v2/monitor/health",
+        "/metrics",
+        "/openapi.json",
+        "/api/v2/version",
+        "/",
+    ] {
+        let response = test::call_service(
+            &app,
+            test::TestRequest::default()
+                .method(actix_web::http::Method::HEAD)
+                .uri(uri)
+                .to_request(),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    }
+}
+
+#[actix_web::test]
+async fn version_is_airflows_shape_with_the_commit_built_from() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+    let body: Value = test::call_and_read_body_json(
+        &app,
+        test::TestRequest::get().uri("/api/v2/version").to_request(),
+    )
+    .await;
+    let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["version", "git_version"]);
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        body["git_version"].as_str(),
+        overseer_api::version::GIT_VERSION
+    );
+    // Built from a git checkout (this one is, when git answers here): the commit.
+    let in_checkout = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if in_checkout {
+        let commit = body["git_version"].as_str().expect("a commit, not null");
+        assert!(
+            !commit.is_empty() && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{commit}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn the_dashboard_is_self_contained_html() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+    let response = test::call_service(&app, test::TestRequest::get().uri("/").to_request()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        header_of(&response, header::CONTENT_TYPE),
+        "text/html; charset=utf-8"
+    );
+    assert!(
+        header_of(&response, header::CONTENT_SECURITY_POLICY).starts_with("default-src 'none'")
+    );
+    let page = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    for card in [
+        "card-scheduler",
+        "card-triggerer",
+        "card-dag_processor",
+        "card-executor",
+    ] {
+        assert!(page.contains(card), "{card}");
+    }
+}
+
+#[actix_web::test]
+async fn metrics_read_the_published_report() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+    let response =
+        test::call_service(&app, test::TestRequest::get().uri("/metrics").to_request()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(header_of(&response, header::CONTENT_TYPE).starts_with("text/plain"));
+    let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    for expected in [
+        r#"overseer_executor_health{executor="CeleryExecutor",instance="redis://broker:6379/0",hostname="sched-1"} 1"#,
+        r#"overseer_executor_health{executor="alias:CeleryExecutor",instance="redis://broker:6379/0",hostname="sched-1"} 0"#,
+        r#"overseer_executor_health{executor="LocalExecutor",instance="redis://broker:6379/0",hostname="sched-2"} -1"#,
+        r#"overseer_component_healthy{component="metadatabase"} 1"#,
+        r#"overseer_component_healthy{component="executor"} 0"#,
+        "overseer_stream_clients 0",
+        "# TYPE overseer_report_age_seconds gauge",
+    ] {
+        assert!(body.contains(expected), "missing {expected:?} in:\n{body}");
+    }
+}
+
+#[actix_web::test]
+async fn openapi_json_is_the_generated_document() {
+    let harness = Harness::new(full_report(), 4);
+    let app = app!(harness.state);
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get().uri("/openapi.json").to_request(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let served: Value = test::read_body_json(response).await;
+    let generated: Value = serde_json::from_str(
+        &<overseer_api::openapi::ApiDoc as utoipa::OpenApi>::openapi()
+            .to_json()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served, generated);
+}
+
+/// The next chunk a streaming body yields.
+async fn next_chunk<B: MessageBody + Unpin>(body: &mut B) -> Option<Bytes> {
+    let mut body = pin!(body);
+    std::future::poll_fn(|cx| body.as_mut().poll_next(cx))
+        .await
+        .map(|chunk| chunk.map_err(|_| "body error").unwrap())
+}
+
+#[actix_web::test]
+async fn the_stream_sends_the_report_then_each_change_and_ends_at_shutdown() {
+    let first = full_report();
+    let harness = Harness::new(first.clone(), 4);
+    let app = app!(harness.state);
+
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health/stream")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        header_of(&response, header::CONTENT_TYPE),
+        "text/event-stream"
+    );
+    let mut body = response.into_body();
+    let event = |report: &overseer_core::HealthReport| {
+        Bytes::from(format!("event: report\ndata: {}\n\n", report.json()))
+    };
+    assert_eq!(next_chunk(&mut body).await, Some(event(&first)));
+
+    let second = healthy_report();
+    harness.reports.send_replace(Arc::new(second.clone()));
+    assert_eq!(next_chunk(&mut body).await, Some(event(&second)));
+
+    harness.shutdown.send_replace(true);
+    assert_eq!(next_chunk(&mut body).await, None, "the stream ends");
+}
+
+#[actix_web::test]
+async fn one_stream_client_too_many_gets_503_and_its_place_comes_back() {
+    let harness = Harness::new(full_report(), 1);
+    let app = app!(harness.state);
+    let stream = || {
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health/stream")
+            .to_request()
+    };
+
+    let held = test::call_service(&app, stream()).await;
+    assert_eq!(held.status(), StatusCode::OK);
+
+    let refused = test::call_service(&app, stream()).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        header_of(&refused, header::RETRY_AFTER),
+        overseer_api::STREAM_RETRY_AFTER.as_secs().to_string()
+    );
+    let body: Value = test::read_body_json(refused).await;
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("GET /api/v2/monitor/health"),
+        "{body}"
+    );
+
+    drop(held);
+    let again = test::call_service(&app, stream()).await;
+    assert_eq!(again.status(), StatusCode::OK, "the place came back");
+}

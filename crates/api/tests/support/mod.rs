@@ -1,0 +1,132 @@
+//! Reports and API states for the in-process tests: built by the core's own
+//! [`HealthReport::build`] from job rows, as the aggregator builds them.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use overseer_api::ApiState;
+use overseer_api::metrics::Metrics;
+use overseer_core::entity::job;
+use overseer_core::report::{JobRows, Thresholds, type_index};
+use overseer_core::{ExecutorHealth, HealthReport, JobState, JobType};
+use tokio::sync::watch;
+
+/// The time the reports are built at.
+pub fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap()
+        + chrono::Duration::microseconds(365_305)
+}
+
+/// A running row of `job_type` on `host`, heartbeat `age` seconds before [`now`].
+pub fn row(id: i32, job_type: JobType, age: i64, host: &str) -> job::Model {
+    let heartbeat = now() - chrono::Duration::seconds(age);
+    job::Model {
+        id,
+        dag_id: None,
+        state: Some(JobState::Running.as_str().into()),
+        job_type: Some(job_type.as_str().into()),
+        start_date: Some(now() - chrono::Duration::hours(1)),
+        end_date: None,
+        latest_heartbeat: Some(heartbeat),
+        executor_class: None,
+        hostname: Some(host.into()),
+        unixname: Some("airflow".into()),
+        executor_health: "unknown".into(),
+        executor_health_reason: None,
+        executor_instance: None,
+        executor_health_checked_at: None,
+    }
+}
+
+/// A live executor row with its verdict, checked `age` seconds before [`now`].
+pub fn executor_row(id: i32, class: &str, host: &str, health: ExecutorHealth) -> job::Model {
+    job::Model {
+        executor_class: Some(class.into()),
+        executor_instance: Some("redis://broker:6379/0".into()),
+        executor_health: health.as_str().into(),
+        executor_health_reason: health.reason().map(str::to_owned),
+        executor_health_checked_at: Some(now() - chrono::Duration::seconds(1)),
+        ..row(id, JobType::ExecutorJob, 1, host)
+    }
+}
+
+/// The report the aggregator would publish for `rows`, all read at [`now`].
+pub fn report(rows: Vec<job::Model>, metadatabase_ok: bool) -> HealthReport {
+    let mut job_rows = JobRows::default();
+    for job_type in JobType::ALL {
+        job_rows.most_recent[type_index(job_type)] = rows
+            .iter()
+            .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()))
+            .max_by_key(|r| r.latest_heartbeat)
+            .cloned();
+    }
+    job_rows.live = rows;
+    HealthReport::build(
+        &job_rows,
+        metadatabase_ok,
+        &Thresholds::with_heartbeat_interval(Duration::from_secs(5)),
+        now(),
+    )
+}
+
+/// A report in which every field has a value: every component alive on one
+/// host, and three executors with each verdict (one unhealthy, with its reason).
+pub fn full_report() -> HealthReport {
+    report(
+        vec![
+            row(1, JobType::SchedulerJob, 2, "sched-1"),
+            row(2, JobType::TriggererJob, 3, "trig-1"),
+            row(3, JobType::DagProcessorJob, 4, "dp-1"),
+            executor_row(4, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy),
+            executor_row(
+                5,
+                "alias:CeleryExecutor",
+                "sched-1",
+                ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection"),
+            ),
+            executor_row(6, "LocalExecutor", "sched-2", ExecutorHealth::Unknown),
+        ],
+        true,
+    )
+}
+
+/// A report in which everything is healthy: a scheduler and one healthy executor.
+pub fn healthy_report() -> HealthReport {
+    report(
+        vec![
+            row(1, JobType::SchedulerJob, 2, "sched-1"),
+            executor_row(2, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy),
+        ],
+        true,
+    )
+}
+
+/// What the routes read, around a report channel, with no executor of this
+/// process (so `/metrics` shows only what the report says).
+pub struct Harness {
+    pub state: ApiState,
+    pub reports: watch::Sender<Arc<HealthReport>>,
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl Harness {
+    pub fn new(report: HealthReport, max_stream_clients: usize) -> Self {
+        let (reports, reports_rx) = watch::channel(Arc::new(report));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = ApiState {
+            reports: reports_rx.clone(),
+            metrics: Arc::new(Metrics::new(Vec::new(), Arc::default(), reports_rx)),
+            shutdown: shutdown_rx,
+            max_stream_clients,
+            open_streams: Arc::default(),
+        };
+        Self {
+            state,
+            reports,
+            shutdown,
+        }
+    }
+}
