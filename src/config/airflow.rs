@@ -30,7 +30,7 @@ pub const TRIGGERER_THRESHOLD: &str = "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHEC
 pub const DAG_PROCESSOR_THRESHOLD: &str = "AIRFLOW__DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD";
 
 /// Airflow's broker when `[celery] broker_url` is unset.
-pub const AIRFLOW_DEFAULT_BROKER: &str = "redis://redis:6379/0";
+pub const AIRFLOW_DEFAULT_BROKER: &str = overseer_celery::AIRFLOW_DEFAULT_BROKER_URL;
 
 /// The values Airflow's environment sets, as Overseer keys, with the variable
 /// each came from (for error messages).

@@ -10,6 +10,10 @@
 //! A configured queue that does not exist is not a broker failure: Celery declares
 //! a queue when it first sends to it or a worker first consumes it. Its depth is
 //! reported as unknown with a note saying so.
+//!
+//! The worker ping over the same connection is in [`ping`].
+
+mod ping;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,17 +27,14 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::describe_duration;
+use crate::broker::{self, BrokerProbe, Reason};
 use crate::detail::QueueDepth;
-use crate::ping::{self, Pidbox};
+use crate::ping::Pidbox;
 use crate::url::AmqpBroker;
 use overseer_core::secret::scrub_with;
 
 /// The name RabbitMQ's management UI shows for our connection.
 const CONNECTION_NAME: &str = "overseer health check";
-
-/// Why a probe failed: the reason, already in plain words.
-type Reason = String;
 
 /// The pooled connection, and the attempt that may be under way.
 #[derive(Default)]
@@ -86,47 +87,6 @@ impl AmqpCheck {
             password: broker.password.expose_secret().to_owned(),
             state: Mutex::new(State::default()),
         }
-    }
-
-    /// Opens (or reuses) the connection and a channel, and declares each queue
-    /// passively, all before `deadline` (`budget` is the same bound, for reasons).
-    pub(crate) async fn probe(
-        &self,
-        queues: &[String],
-        deadline: Instant,
-        budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Reason> {
-        let mut state = self.state.lock().await;
-        let reused = state.conn.as_ref().is_some_and(|c| c.status().connected());
-        let conn = self.connection(&mut state, deadline, budget).await?;
-        let result = self.declare_all(&conn, queues, deadline, budget).await;
-        if result.is_err() && !conn.status().connected() {
-            state.conn = None;
-            if reused {
-                // The pooled connection broke since the last poll (a restarted broker):
-                // the verdict is about the broker now, so try once more on a fresh one.
-                let conn = self.connection(&mut state, deadline, budget).await?;
-                return self.declare_all(&conn, queues, deadline, budget).await;
-            }
-        }
-        result
-    }
-
-    /// Celery's remote-control ping on this broker, on the pooled connection: answers
-    /// until `window_end`, then at most `cleanup` to remove what it made.
-    pub(crate) async fn ping(
-        &self,
-        pidbox: &Pidbox,
-        window_end: Instant,
-        cleanup: Duration,
-    ) -> Result<Vec<String>, Reason> {
-        let conn = self.state.lock().await.conn.clone();
-        let Some(conn) = conn.filter(|c| c.status().connected()) else {
-            return Err(format!("broker {} is not connected", self.identity));
-        };
-        ping::over_amqp(&conn, pidbox, window_end, cleanup)
-            .await
-            .map_err(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
     }
 
     async fn connection(
@@ -248,11 +208,7 @@ impl AmqpCheck {
     }
 
     fn timed_out(&self, budget: Duration) -> Reason {
-        format!(
-            "broker {} did not answer within {}",
-            self.identity,
-            describe_duration(budget)
-        )
+        broker::timed_out(&format!("broker {}", self.identity), budget)
     }
 
     /// A driver error, in plain words naming the broker.
@@ -288,6 +244,49 @@ impl AmqpCheck {
             _ => format!("broker {id} failed: {e}"),
         };
         scrub_with(&reason, &[&self.password])
+    }
+}
+
+#[async_trait::async_trait]
+impl BrokerProbe for AmqpCheck {
+    /// Opens (or reuses) the connection and a channel, and declares each queue
+    /// passively, all before `deadline` (`budget` is the same bound, for reasons).
+    async fn probe(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut state = self.state.lock().await;
+        let reused = state.conn.as_ref().is_some_and(|c| c.status().connected());
+        let conn = self.connection(&mut state, deadline, budget).await?;
+        let result = self.declare_all(&conn, queues, deadline, budget).await;
+        if result.is_err() && !conn.status().connected() {
+            state.conn = None;
+            if reused {
+                // The pooled connection broke since the last poll (a restarted broker):
+                // the verdict is about the broker now, so try once more on a fresh one.
+                let conn = self.connection(&mut state, deadline, budget).await?;
+                return self.declare_all(&conn, queues, deadline, budget).await;
+            }
+        }
+        result
+    }
+
+    /// Celery's remote-control ping, on the pooled connection.
+    async fn ping(
+        &self,
+        pidbox: &Pidbox,
+        window_end: Instant,
+        cleanup: Duration,
+    ) -> Result<Vec<String>, Reason> {
+        let conn = self.state.lock().await.conn.clone();
+        let Some(conn) = conn.filter(|c| c.status().connected()) else {
+            return Err(broker::not_connected(&self.identity));
+        };
+        ping::ping(&conn, pidbox, window_end, cleanup)
+            .await
+            .map_err(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
     }
 }
 

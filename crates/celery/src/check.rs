@@ -1,21 +1,11 @@
 //! [`CeleryCheck`]: the Celery executor's health check, over every broker of its URL.
 //!
-//! # Who bounds what
-//! The supervisor gives each poll `poll_timeout` (5 s by default) and reports
-//! `no reply within 5s` itself past it. This check answers first, with the real
-//! reason, because every network wait in it is bounded by a deadline derived here:
-//!
-//! ```text
-//! poll_timeout ─┬─ CHECK_SHARE (90 %) ─┬─ brokers: connect, PING/ROLE/LLEN or passive declares
-//!               │                      └─ ping window: min(PING_WINDOW = 1 s, a third), if worker_ping
-//!               └─ the margin (10 %) ──┬─ the ping's cleanup: min(CLEANUP_WAIT = 250 ms, half of it)
-//!                                      └─ the rest: for the verdict to reach the supervisor
-//! ```
-//!
-//! With the defaults: brokers get 3.5 s, the ping 1 s, its cleanup 0.25 s, and
-//! 0.25 s is left over (4.5 s and 0.5 s without the ping).
-//! Brokers of a failover list are probed at the same time, each within the same
-//! deadline; the workers are pinged on every broker that answered.
+//! Every network wait in it is bounded by a deadline derived from the supervisor's
+//! `poll_timeout` (the picture is in `budget`), so it answers with the real reason
+//! before the supervisor would say `no reply within 5s`. Brokers of a failover list
+//! are probed at the same time, each through its transport's `BrokerProbe` (`redis`,
+//! `amqp`); the workers are pinged on every broker that answered; `verdict` judges
+//! what they said.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -28,32 +18,20 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::amqp::AmqpCheck;
+use crate::broker::{BrokerProbe, Reason};
+use crate::budget::Budgets;
 use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 use crate::error::{BrokerUrlError, Result};
-use crate::ping::{CLEANUP_WAIT, DEFAULT_CONTROL_EXCHANGE, PING_WINDOW, Pidbox};
+use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
 use crate::redis::RedisCheck;
-use crate::url::{BrokerUrl, Transport};
-
-/// The share of `poll_timeout` this check spends at most; the rest is the margin
-/// for the verdict to travel back before the supervisor's own timeout fires.
-const CHECK_SHARE: f64 = 0.9;
+use crate::url::{Broker, BrokerUrl, Transport};
+use crate::verdict::verdict;
 
 /// The longest queue name AMQP can carry (a short string).
 const AMQP_NAME_MAX: usize = 255;
 
 /// Airflow's default queue (`[operators] default_queue`).
 pub const AIRFLOW_DEFAULT_QUEUE: &str = "default";
-
-/// How one check splits the poll's timeout (see the module's picture).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Budgets {
-    /// For the brokers: connect, `PING`/`ROLE`/`LLEN`, passive declares.
-    brokers: Duration,
-    /// For the workers to answer the ping (zero when `worker_ping` is off).
-    window: Duration,
-    /// For the ping's cleanup, after the window, inside the margin.
-    cleanup: Duration,
-}
 
 /// How a Celery executor is checked, beside its broker URL.
 #[derive(Debug, Clone)]
@@ -88,10 +66,43 @@ impl Default for CheckSettings {
 
 /// One broker's check.
 enum BrokerCheck {
-    Redis(RedisCheck),
-    Amqp(AmqpCheck),
+    /// Checked by its transport's probe.
+    Probed(Box<dyn BrokerProbe>),
     /// Not checked, and why (plain words).
     Unchecked(String),
+}
+
+impl BrokerCheck {
+    /// The check of `broker`: its transport's probe, or why it has none.
+    fn of(broker: &Broker, settings: &CheckSettings) -> Result<Self> {
+        let id = broker.identity.as_str();
+        let tls = || {
+            Self::Unchecked(format!(
+                "broker {id} uses TLS, which this check does not speak yet"
+            ))
+        };
+        Ok(match &broker.transport {
+            Transport::Redis(redis) if redis.tls.is_some() => tls(),
+            Transport::Redis(redis) => Self::Probed(Box::new(RedisCheck::direct(redis, id))),
+            Transport::Sentinel(sentinel) => {
+                let master = sentinel
+                    .master_name
+                    .as_deref()
+                    .or(settings.sentinel_master_name.as_deref())
+                    .ok_or(BrokerUrlError::MissingMasterName)?;
+                if sentinel.tls.is_some() {
+                    tls()
+                } else {
+                    Self::Probed(Box::new(RedisCheck::sentinel(sentinel, master, id)))
+                }
+            }
+            Transport::Amqp(amqp) if amqp.tls.is_some() => tls(),
+            Transport::Amqp(amqp) => Self::Probed(Box::new(AmqpCheck::new(amqp, id))),
+            Transport::Unsupported { scheme } => {
+                Self::Unchecked(format!("the {scheme}:// transport has no health check yet"))
+            }
+        })
+    }
 }
 
 /// A broker of the list, with its identity.
@@ -149,37 +160,9 @@ impl CeleryCheck {
         }
         let mut targets = Vec::with_capacity(broker.brokers().len());
         for b in broker.brokers() {
-            let id = b.identity.as_str();
-            let check = match &b.transport {
-                Transport::Redis(redis) if redis.tls.is_some() => BrokerCheck::Unchecked(format!(
-                    "broker {id} uses TLS, which this check does not speak yet"
-                )),
-                Transport::Redis(redis) => BrokerCheck::Redis(RedisCheck::direct(redis, id)),
-                Transport::Sentinel(sentinel) => {
-                    let master = sentinel
-                        .master_name
-                        .as_deref()
-                        .or(settings.sentinel_master_name.as_deref())
-                        .ok_or(BrokerUrlError::MissingMasterName)?;
-                    if sentinel.tls.is_some() {
-                        BrokerCheck::Unchecked(format!(
-                            "broker {id} uses TLS, which this check does not speak yet"
-                        ))
-                    } else {
-                        BrokerCheck::Redis(RedisCheck::sentinel(sentinel, master, id))
-                    }
-                }
-                Transport::Amqp(amqp) if amqp.tls.is_some() => BrokerCheck::Unchecked(format!(
-                    "broker {id} uses TLS, which this check does not speak yet"
-                )),
-                Transport::Amqp(amqp) => BrokerCheck::Amqp(AmqpCheck::new(amqp, id)),
-                Transport::Unsupported { scheme } => BrokerCheck::Unchecked(format!(
-                    "the {scheme}:// transport has no health check yet"
-                )),
-            };
             targets.push(Target {
                 identity: b.identity.clone(),
-                check,
+                check: BrokerCheck::of(b, &settings)?,
             });
         }
         Ok(Self {
@@ -228,59 +211,52 @@ impl CeleryCheck {
         .with_instance(self.instance().to_owned())
     }
 
-    /// How this check splits the poll's timeout.
-    fn budgets(&self) -> Budgets {
-        let timeout = self.inner.settings.poll_timeout;
-        let total = timeout.mul_f64(CHECK_SHARE);
-        // The ping's cleanup runs in the margin, and takes at most half of it.
-        let cleanup = CLEANUP_WAIT.min((timeout - total) / 2);
-        if !self.inner.settings.worker_ping {
-            return Budgets {
-                brokers: total,
-                window: Duration::ZERO,
-                cleanup,
-            };
-        }
-        let window = PING_WINDOW.min(total / 3);
-        Budgets {
-            brokers: total - window,
-            window,
-            cleanup,
-        }
-    }
-
     /// Checks every broker, then (when asked) pings the workers, and returns what it
     /// found. Always answers within 90 % of `poll_timeout`.
     pub async fn probe(&self) -> Probe {
         let checked_at = Utc::now();
+        let settings = &self.inner.settings;
         let Budgets {
             brokers: budget,
             window,
             cleanup,
-        } = self.budgets();
+        } = Budgets::new(settings.poll_timeout, settings.worker_ping);
         let deadline = Instant::now() + budget;
-        let queues = Arc::new(self.inner.settings.queues.clone());
+        let brokers = self.probe_brokers(deadline, budget).await;
+        let workers = if settings.worker_ping {
+            Some(self.ping(&brokers, window, cleanup).await)
+        } else {
+            None
+        };
+        let (health, reason) = verdict(&brokers, workers.as_ref(), window, settings.min_workers);
+        Probe {
+            health,
+            reason,
+            checked_at,
+            brokers,
+            workers,
+        }
+    }
 
-        // Every broker at once; a task per broker, aborted if this future is dropped.
+    /// Probes every broker at once, each before `deadline`; a task per broker,
+    /// aborted if this future is dropped.
+    async fn probe_brokers(&self, deadline: Instant, budget: Duration) -> Vec<BrokerReport> {
+        let queues = Arc::new(self.inner.settings.queues.clone());
         let mut tasks = JoinSet::new();
         for index in 0..self.inner.targets.len() {
             let this = self.clone();
             let queues = Arc::clone(&queues);
             tasks.spawn(async move {
-                let target = &this.inner.targets[index];
-                let result = match &target.check {
-                    BrokerCheck::Redis(check) => {
-                        check.probe(&queues, deadline, budget).await.map_err(Some)
-                    }
-                    BrokerCheck::Amqp(check) => {
-                        check.probe(&queues, deadline, budget).await.map_err(Some)
+                let result = match &this.inner.targets[index].check {
+                    BrokerCheck::Probed(probe) => {
+                        probe.probe(&queues, deadline, budget).await.map_err(Some)
                     }
                     BrokerCheck::Unchecked(_) => Err(None),
                 };
                 (index, result)
             });
         }
-        let mut results: Vec<Option<std::result::Result<Vec<QueueDepth>, Option<String>>>> =
+        let mut results: Vec<Option<std::result::Result<Vec<QueueDepth>, Option<Reason>>>> =
             (0..self.inner.targets.len()).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
@@ -308,20 +284,7 @@ impl CeleryCheck {
                 queues,
             });
         }
-
-        let workers = if self.inner.settings.worker_ping {
-            Some(self.ping(&brokers, window, cleanup).await)
-        } else {
-            None
-        };
-        let (health, reason) = self.verdict(&brokers, workers.as_ref(), window);
-        Probe {
-            health,
-            reason,
-            checked_at,
-            brokers,
-            workers,
-        }
+        brokers
     }
 
     /// Pings the workers on every broker that answered, at the same time.
@@ -342,8 +305,7 @@ impl CeleryCheck {
             tasks.spawn(async move {
                 let pidbox = &this.inner.pidbox;
                 match &this.inner.targets[index].check {
-                    BrokerCheck::Redis(check) => check.ping(pidbox, window_end, cleanup).await,
-                    BrokerCheck::Amqp(check) => check.ping(pidbox, window_end, cleanup).await,
+                    BrokerCheck::Probed(probe) => probe.ping(pidbox, window_end, cleanup).await,
                     BrokerCheck::Unchecked(_) => Ok(Vec::new()),
                 }
             });
@@ -362,60 +324,6 @@ impl CeleryCheck {
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             errors,
         }
-    }
-
-    /// The verdict and its reason, from what the brokers and workers answered.
-    fn verdict(
-        &self,
-        brokers: &[BrokerReport],
-        workers: Option<&WorkerPing>,
-        window: Duration,
-    ) -> (ExecutorHealth, Option<String>) {
-        let failed: Vec<&str> = brokers
-            .iter()
-            .filter_map(|b| match &b.status {
-                BrokerStatus::Failed(reason) => Some(reason.as_str()),
-                _ => None,
-            })
-            .collect();
-        let answered = brokers.iter().any(|b| b.status == BrokerStatus::Answered);
-        if !answered && failed.is_empty() {
-            let unchecked: Vec<&str> = brokers
-                .iter()
-                .filter_map(|b| match &b.status {
-                    BrokerStatus::Unchecked(why) => Some(why.as_str()),
-                    _ => None,
-                })
-                .collect();
-            return (ExecutorHealth::Unknown, Some(unchecked.join("; ")));
-        }
-        if !answered {
-            return (
-                ExecutorHealth::unhealthy(failed.join("; ")),
-                Some(failed.join("; ")),
-            );
-        }
-        let min = self.inner.settings.min_workers;
-        if let Some(ping) = workers {
-            let count = ping.answered.len();
-            if count < min as usize {
-                let mut reason = format!(
-                    "{count} of at least {min} workers answered ping within {}",
-                    describe_duration(window)
-                );
-                if !ping.errors.is_empty() {
-                    reason = format!("{reason} ({})", ping.errors.join("; "));
-                }
-                return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
-            }
-        }
-        let note = (!failed.is_empty()).then(|| {
-            format!(
-                "healthy through failover; not answering: {}",
-                failed.join("; ")
-            )
-        });
-        (ExecutorHealth::Healthy, note)
     }
 }
 
@@ -471,66 +379,4 @@ pub fn executor_with(
 ) -> Result<Executor> {
     let broker = BrokerUrl::parse(broker_url.expose_secret())?;
     Ok(CeleryCheck::new(&broker, settings)?.executor(name))
-}
-
-/// A duration as an operator reads it in a reason: `1s`, `4.5s`, `800ms`.
-pub(crate) fn describe_duration(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        let tenths = (ms + 50) / 100;
-        if tenths % 10 == 0 {
-            format!("{}s", tenths / 10)
-        } else {
-            format!("{}.{}s", tenths / 10, tenths % 10)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_plainly() {
-        assert_eq!(describe_duration(Duration::from_secs(1)), "1s");
-        assert_eq!(describe_duration(Duration::from_millis(4500)), "4.5s");
-        assert_eq!(describe_duration(Duration::from_millis(3500)), "3.5s");
-        assert_eq!(describe_duration(Duration::from_millis(800)), "800ms");
-        assert_eq!(describe_duration(Duration::from_millis(1999)), "2s");
-    }
-
-    #[test]
-    fn the_budgets_fit_inside_the_poll_timeout() {
-        let url = BrokerUrl::parse("redis://h:6379/0").unwrap();
-        for (timeout, ping, brokers, window, cleanup) in [
-            (5_000, false, 4_500, 0, 250),
-            (5_000, true, 3_500, 1_000, 250),
-            (1_500, true, 900, 450, 75),
-        ] {
-            let check = CeleryCheck::new(
-                &url,
-                CheckSettings {
-                    worker_ping: ping,
-                    poll_timeout: Duration::from_millis(timeout),
-                    ..CheckSettings::default()
-                },
-            )
-            .unwrap();
-            let b = check.budgets();
-            assert_eq!(
-                (
-                    b.brokers.as_millis(),
-                    b.window.as_millis(),
-                    b.cleanup.as_millis()
-                ),
-                (brokers, window, cleanup),
-                "{timeout} {ping}"
-            );
-            assert!(b.brokers + b.window + b.cleanup < Duration::from_millis(timeout));
-        }
-    }
 }

@@ -19,23 +19,35 @@
 //! # Layout
 //! - [`url`]: broker URLs as kombu parses them ([`BrokerUrl::parse`]), failover lists,
 //!   sentinel lists, the instance identity.
-//! - [`check`]: [`CeleryCheck`], the deadlines derived from `poll_timeout`, the
-//!   verdict over a failover list, and [`executor`], what the composition root calls.
-//! - `redis`: the Redis broker check (`PING`, `ROLE`, queue depth with priority lists).
-//! - `amqp`: the RabbitMQ broker check (passive `queue.declare`).
-//! - `ping`: Celery's remote-control `ping` over the pidbox, on Redis and AMQP.
+//! - [`check`]: [`CeleryCheck`], which probes every broker of a URL at once, pings the
+//!   workers, and keeps the latest [`Probe`]; and [`executor`], what the composition
+//!   root calls.
+//! - `budget`: the deadlines one check derives from `poll_timeout`, and who bounds what.
+//! - `verdict`: the verdict over a failover list, from what brokers and workers answered.
+//! - `broker`: `BrokerProbe`, what every transport's check implements, and the
+//!   reasons they share.
+//! - `redis`: the Redis broker check (`PING`, `ROLE`, queue depth with priority lists);
+//!   `redis/sentinel.rs`, the master found through its sentinels; `redis/ping.rs`, the
+//!   worker ping over Redis.
+//! - `amqp`: the RabbitMQ broker check (passive `queue.declare`); `amqp/ping.rs`, the
+//!   worker ping over AMQP.
+//! - `ping`: Celery's remote-control `ping` itself: the pidbox names, the request, the
+//!   answers, whatever the transport.
 //! - [`detail`]: [`Probe`], what a check found beyond its verdict.
 //! - [`error`]: [`BrokerUrlError`], this crate's one error type.
 
 #![warn(missing_docs)]
 
 mod amqp;
+mod broker;
+mod budget;
 pub mod check;
 pub mod detail;
 pub mod error;
 mod ping;
 mod redis;
 pub mod url;
+mod verdict;
 
 pub use check::{AIRFLOW_DEFAULT_QUEUE, CeleryCheck, CheckSettings, executor, executor_with};
 pub use detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};

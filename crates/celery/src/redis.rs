@@ -2,7 +2,7 @@
 //!
 //! One multiplexed connection per broker is kept across polls and reopened when it
 //! breaks. Every wait is bounded by the deadline the caller passes in (derived from
-//! the supervisor's `poll_timeout`, see [`crate::check`]): the connection's own
+//! the supervisor's `poll_timeout`, see [`crate::budget`]): the connection's own
 //! connect and response timeouts are set from it too, so a silent server costs one
 //! timed-out attempt, not a pile of them.
 //!
@@ -10,8 +10,14 @@
 //! - refused, timed out, wrong password, no password, `LOADING`, `MASTERDOWN`;
 //! - a replica (`ROLE` is not `master`): Celery writes to its broker, a read-only
 //!   replica cannot take tasks;
-//! - a sentinel broker: the sentinels are asked for the master by name; none
-//!   answering, or none knowing the name, are each their own reason.
+//! - a sentinel broker: the sentinels are asked for the master by name ([`sentinel`]);
+//!   none answering, or none knowing the name, are each their own reason.
+//!
+//! kombu's names for a queue's lists ([`queue_keys`]) live here too: the depth is
+//! their sum, and the worker ping (in [`ping`]) reads its answers from such lists.
+
+mod ping;
+mod sentinel;
 
 use std::time::Duration;
 
@@ -22,11 +28,28 @@ use redis::{
 use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::describe_duration;
+use crate::broker::{self, BrokerProbe, Reason, timed_out};
 use crate::detail::QueueDepth;
-use crate::ping::{self, Pidbox, redis_queue_keys};
+use crate::ping::Pidbox;
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker};
 use overseer_core::secret::scrub_with;
+
+/// kombu's Redis separator between a queue and its priority, and within bindings.
+const SEP: &str = "\x06\x16";
+
+/// kombu's Redis priority steps: a queue `q` is the lists `q`, `q\x06\x163`,
+/// `q\x06\x166`, `q\x06\x169`.
+const PRIORITY_SUFFIXES: [&str; 3] = ["3", "6", "9"];
+
+/// The Redis lists that make up queue `name` (kombu's `_q_for_pri` for every step).
+fn queue_keys(name: &str) -> [String; 4] {
+    [
+        name.to_owned(),
+        format!("{name}{SEP}{}", PRIORITY_SUFFIXES[0]),
+        format!("{name}{SEP}{}", PRIORITY_SUFFIXES[1]),
+        format!("{name}{SEP}{}", PRIORITY_SUFFIXES[2]),
+    ]
+}
 
 /// How to reach the master.
 enum Target {
@@ -54,9 +77,6 @@ pub(crate) struct RedisCheck {
     /// supervisor's in-flight guard means it is never contended in practice.
     conn: Mutex<Option<MultiplexedConnection>>,
 }
-
-/// Why a probe failed: the reason, already in plain words.
-type Reason = String;
 
 /// How a command on an open connection failed.
 enum Failure {
@@ -130,42 +150,6 @@ impl RedisCheck {
         }
     }
 
-    /// `PING`s the master, checks it is one, and reads the depth of `queues`, all
-    /// before `deadline` (`budget` is the same bound, as a length, for reasons).
-    ///
-    /// A pooled connection found broken (the server restarted since the last poll)
-    /// is replaced at once, within the same deadline: the verdict is about the
-    /// server now, not about a socket from before.
-    pub(crate) async fn probe(
-        &self,
-        queues: &[String],
-        deadline: Instant,
-        budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Reason> {
-        let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.clone() {
-            match self.commands(conn, queues, deadline, budget).await {
-                Ok(depths) => return Ok(depths),
-                Err(Failure::Broken(reason)) => {
-                    tracing::debug!(broker = %self.identity, %reason, "reconnecting");
-                    *slot = None;
-                }
-                Err(Failure::Answered(reason)) => {
-                    *slot = None;
-                    return Err(reason);
-                }
-            }
-        }
-        let conn = self.connect(deadline, budget).await?;
-        *slot = Some(conn.clone());
-        let result = self.commands(conn, queues, deadline, budget).await;
-        if result.is_err() {
-            // A slow, failing or demoted server's connection is not reused.
-            *slot = None;
-        }
-        result.map_err(Failure::into_reason)
-    }
-
     /// `PING`, `ROLE` and the `LLEN`s, on an open connection.
     async fn commands(
         &self,
@@ -201,7 +185,7 @@ impl RedisCheck {
         }
         let mut pipe = redis::pipe();
         for queue in queues {
-            for key in redis_queue_keys(queue) {
+            for key in queue_keys(queue) {
                 pipe.cmd("LLEN").arg(key);
             }
         }
@@ -225,23 +209,6 @@ impl RedisCheck {
             .collect())
     }
 
-    /// Celery's remote-control ping on this broker, on the pooled connection: answers
-    /// until `window_end`, then at most `cleanup` to remove what it made.
-    pub(crate) async fn ping(
-        &self,
-        pidbox: &Pidbox,
-        window_end: Instant,
-        cleanup: Duration,
-    ) -> Result<Vec<String>, Reason> {
-        let conn = self.conn.lock().await.clone();
-        let Some(mut conn) = conn else {
-            return Err(format!("broker {} is not connected", self.identity));
-        };
-        ping::over_redis(&mut conn, self.db, pidbox, window_end, cleanup)
-            .await
-            .map_err(|e| self.scrub(format!("broker {}: {e}", self.identity)))
-    }
-
     /// Opens a connection to the master, bounded by `deadline`.
     async fn connect(
         &self,
@@ -258,55 +225,8 @@ impl RedisCheck {
                 master_name,
                 settings,
             } => {
-                let mut failures = Vec::new();
-                let mut answered = false;
-                for (i, (host, port)) in sentinels.iter().enumerate() {
-                    let sentinel = ConnectionAddr::Tcp(host.clone(), *port)
-                        .into_connection_info()
-                        .expect("an address is always connection info");
-                    let who = format!("sentinel {host}:{port}");
-                    // Each sentinel asked in turn gets an equal share of the time left, so
-                    // one that hangs cannot use up the poll before the next is asked.
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let share = left / u32::try_from(sentinels.len() - i).unwrap_or(u32::MAX);
-                    let (ask_by, ask_budget) = (Instant::now() + share, share);
-                    let asked = async {
-                        let mut conn = self.open(&who, sentinel, ask_by, ask_budget).await?;
-                        timeout_at(
-                            ask_by,
-                            redis::cmd("SENTINEL")
-                                .arg("get-master-addr-by-name")
-                                .arg(master_name)
-                                .query_async::<Option<(String, u16)>>(&mut conn),
-                        )
-                        .await
-                        .map_err(|_| timed_out(&who, ask_budget))?
-                        .map_err(|e| self.describe_for(&who, e, ask_budget))
-                    };
-                    match asked.await {
-                        Ok(Some((master_host, master_port))) => {
-                            let info = ConnectionAddr::Tcp(master_host, master_port)
-                                .into_connection_info()
-                                .expect("an address is always connection info")
-                                .set_redis_settings(settings.clone());
-                            return self.open(&self.broker(), info, deadline, budget).await;
-                        }
-                        Ok(None) => answered = true,
-                        Err(reason) => failures.push(reason),
-                    }
-                }
-                Err(if answered {
-                    format!(
-                        "the sentinels of broker {} know no master named {master_name:?}",
-                        self.identity
-                    )
-                } else {
-                    format!(
-                        "no sentinel of broker {} answered: {}",
-                        self.identity,
-                        failures.join("; ")
-                    )
-                })
+                self.through_sentinels(sentinels, master_name, settings, deadline, budget)
+                    .await
             }
         }
     }
@@ -379,9 +299,59 @@ impl RedisCheck {
     }
 }
 
-/// The reason for a wait on `who` that outlived its bound.
-fn timed_out(who: &str, budget: Duration) -> Reason {
-    format!("{who} did not answer within {}", describe_duration(budget))
+#[async_trait::async_trait]
+impl BrokerProbe for RedisCheck {
+    /// `PING`s the master, checks it is one, and reads the depth of `queues`, all
+    /// before `deadline` (`budget` is the same bound, as a length, for reasons).
+    ///
+    /// A pooled connection found broken (the server restarted since the last poll)
+    /// is replaced at once, within the same deadline: the verdict is about the
+    /// server now, not about a socket from before.
+    async fn probe(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.clone() {
+            match self.commands(conn, queues, deadline, budget).await {
+                Ok(depths) => return Ok(depths),
+                Err(Failure::Broken(reason)) => {
+                    tracing::debug!(broker = %self.identity, %reason, "reconnecting");
+                    *slot = None;
+                }
+                Err(Failure::Answered(reason)) => {
+                    *slot = None;
+                    return Err(reason);
+                }
+            }
+        }
+        let conn = self.connect(deadline, budget).await?;
+        *slot = Some(conn.clone());
+        let result = self.commands(conn, queues, deadline, budget).await;
+        if result.is_err() {
+            // A slow, failing or demoted server's connection is not reused.
+            *slot = None;
+        }
+        result.map_err(Failure::into_reason)
+    }
+
+    /// Celery's remote-control ping, on the pooled connection.
+    async fn ping(
+        &self,
+        pidbox: &Pidbox,
+        window_end: Instant,
+        cleanup: Duration,
+    ) -> Result<Vec<String>, Reason> {
+        let conn = self.conn.lock().await.clone();
+        let Some(mut conn) = conn else {
+            return Err(broker::not_connected(&self.identity));
+        };
+        ping::ping(&mut conn, self.db, pidbox, window_end, cleanup)
+            .await
+            .map_err(|e| self.scrub(format!("broker {}: {e}", self.identity)))
+    }
 }
 
 /// The first element of a `ROLE` reply: `master`, `slave` or `sentinel`.
@@ -393,5 +363,23 @@ fn role_name(role: &Value) -> Option<String> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_keys_use_kombus_separator() {
+        assert_eq!(
+            queue_keys("default"),
+            [
+                "default".to_owned(),
+                "default\x06\x163".to_owned(),
+                "default\x06\x166".to_owned(),
+                "default\x06\x169".to_owned()
+            ]
+        );
     }
 }

@@ -46,7 +46,7 @@ async fn no_password_appears_in_logs_verdicts_reasons_instances_or_json() {
                 worker_ping: true,
                 min_workers: 1,
                 poll_timeout: Duration::from_secs(3),
-                control_exchange: support::unique("overseer-ce"),
+                control_exchange: support::unique_name("overseer-ce"),
                 ..CheckSettings::default()
             },
         )

@@ -33,8 +33,8 @@ async fn celery_enqueued_tasks_show_as_ready_messages_and_a_missing_queue_is_no_
         return;
     }
     let Some(venv) = support::venv() else { return };
-    let queue = support::unique("overseer-depth");
-    let missing = support::unique("overseer-missing");
+    let queue = support::unique_name("overseer-depth");
+    let missing = support::unique_name("overseer-missing");
     support::send_tasks(&venv, support::RABBITMQ_URL, &queue, 4, None);
 
     let check = check(support::RABBITMQ_URL, &[&queue, &missing]);

@@ -20,8 +20,8 @@ async fn celery_enqueued_tasks_show_as_queue_depth_with_their_priority_lists() {
         return;
     }
     let Some(venv) = support::venv() else { return };
-    let queue = support::unique("overseer-depth");
-    let empty = support::unique("overseer-empty");
+    let queue = support::unique_name("overseer-depth");
+    let empty = support::unique_name("overseer-empty");
     support::send_tasks(&venv, support::REDIS_URL, &queue, 3, None);
     support::send_tasks(&venv, support::REDIS_URL, &queue, 2, Some(5));
     support::send_tasks(&venv, support::REDIS_URL, &queue, 1, Some(9));
@@ -253,7 +253,7 @@ async fn a_broker_on_a_unix_socket_is_reached_through_redis_socket_urls() {
     else {
         return;
     };
-    let queue = support::unique("overseer-socket");
+    let queue = support::unique_name("overseer-socket");
     let mut conn = support::redis_conn(&server.url(None, 2));
     redis::cmd("LPUSH")
         .arg(&queue)

@@ -66,8 +66,8 @@ async fn redis_ping_hears_the_worker_and_notices_when_it_is_gone() {
         return;
     }
     let Some(venv) = support::venv() else { return };
-    let exchange = support::unique("overseer-ce");
-    let queue = support::unique("overseer-ping");
+    let exchange = support::unique_name("overseer-ce");
+    let queue = support::unique_name("overseer-ping");
     let mut worker = Worker::start(&venv, support::REDIS_URL, &exchange, &queue);
     let check = check(support::REDIS_URL, &exchange, &queue);
 
@@ -99,8 +99,8 @@ async fn rabbitmq_ping_hears_the_worker_and_notices_when_it_is_gone() {
         return;
     }
     let Some(venv) = support::venv() else { return };
-    let exchange = support::unique("overseer-ce");
-    let queue = support::unique("overseer-ping");
+    let exchange = support::unique_name("overseer-ce");
+    let queue = support::unique_name("overseer-ping");
     let mut worker = Worker::start(&venv, support::RABBITMQ_URL, &exchange, &queue);
     let check = check(support::RABBITMQ_URL, &exchange, &queue);
     let reply_queues = |names: Vec<String>| -> Vec<String> {

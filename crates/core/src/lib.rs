@@ -18,10 +18,14 @@
 //! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
 //! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
 //! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
+//! - [`connect`]: the database pool's options, one set for every caller.
+//! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`).
 //! - [`error`]: this crate's one error type and its `Result` alias.
 
 pub mod actors;
 pub mod check;
+pub mod connect;
+pub mod duration;
 pub mod entity;
 pub mod error;
 pub mod job;

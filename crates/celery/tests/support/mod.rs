@@ -13,12 +13,13 @@ use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 pub use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
 use overseer_testkit::unavailable;
+/// A name no other test (or test process) uses: queues, exchanges, worker names.
+pub use overseer_testkit::unique_name;
 
 /// The machine's Redis, as `.ci/run` starts it.
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
@@ -29,22 +30,6 @@ pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
 const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
 /// How long a stopped worker or server may take to go.
 const STOP_DEADLINE: Duration = Duration::from_secs(20);
-
-/// Gives every name of this process its own suffix.
-static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// A name no other test (or test process) uses: `{prefix}-{pid}-{n}-{nanos}`.
-pub fn unique(prefix: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).is_ok()
@@ -121,7 +106,7 @@ impl Worker {
     pub fn start(venv: &Path, broker: &str, control_exchange: &str, queue: &str) -> Worker {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let log = dir.path().join("worker.log");
-        let node = format!("{}@overseer-test", unique("w"));
+        let node = format!("{}@overseer-test", unique_name("w"));
         let child = python(venv, broker, control_exchange)
             .args([
                 "-m",

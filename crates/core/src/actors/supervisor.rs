@@ -28,7 +28,6 @@ use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
 
 use super::executor::{CheckHealth, ExecutorActor};
-use super::short_duration;
 
 /// The message carrying an executor's new verdict (one that passed the damping
 /// thresholds), by the executor's index in the supervisor's list.
@@ -161,7 +160,7 @@ impl HealthSupervisor {
     fn expire(&mut self, tick: u64) {
         let reason = format!(
             "no reply within {}",
-            short_duration(self.settings.poll_timeout)
+            crate::duration::short(self.settings.poll_timeout)
         );
         for index in 0..self.executors.len() {
             let executor = &mut self.executors[index];

@@ -1,0 +1,52 @@
+//! What a broker check is, whatever its transport: [`BrokerProbe`], which the Redis
+//! and RabbitMQ checks implement and [`crate::check`] calls for each broker of a URL,
+//! and the reasons every transport words alike.
+
+use std::time::Duration;
+
+use overseer_core::duration;
+use tokio::time::Instant;
+
+use crate::detail::QueueDepth;
+use crate::ping::Pidbox;
+
+/// Why a probe or a ping failed: the reason, already in plain words, naming the broker.
+pub(crate) type Reason = String;
+
+/// One broker's check, over a connection it keeps across polls.
+///
+/// Both waits are bounded by the caller's deadlines (see [`crate::budget`]): a
+/// broker that hangs costs its budget, never more.
+#[async_trait::async_trait]
+pub(crate) trait BrokerProbe: Send + Sync {
+    /// Checks the broker serves as the master Celery sends tasks to, and reads the
+    /// depth of `queues`, all before `deadline` (`budget` is the same bound, as a
+    /// length, for reasons).
+    async fn probe(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason>;
+
+    /// Celery's remote-control ping on this broker, on the connection the probe left
+    /// open: answers until `window_end`, then at most `cleanup` to remove what it made.
+    /// The node names that answered.
+    async fn ping(
+        &self,
+        pidbox: &Pidbox,
+        window_end: Instant,
+        cleanup: Duration,
+    ) -> Result<Vec<String>, Reason>;
+}
+
+/// The reason for a wait on `who` (`broker redis://...`, or one of its sentinels)
+/// that outlived its bound.
+pub(crate) fn timed_out(who: &str, budget: Duration) -> Reason {
+    format!("{who} did not answer within {}", duration::short(budget))
+}
+
+/// The reason for a ping on a broker whose probe left no connection open.
+pub(crate) fn not_connected(identity: &str) -> Reason {
+    format!("broker {identity} is not connected")
+}

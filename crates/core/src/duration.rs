@@ -1,0 +1,48 @@
+//! Durations as an operator reads them in a verdict's reason or a log line:
+//! `5s`, `4.5s`, `800ms`. One formatter for every crate, so that the supervisor's
+//! `no reply within 5s` and a broker's `did not answer within 3.5s` read alike.
+//!
+//! This is not the configuration's form (`1s 500ms`, which `humantime` parses
+//! back exactly): a reason rounds to a tenth of a second, and is never read back.
+
+use std::time::Duration;
+
+/// `1s`, `4.5s`, `800ms`: whole milliseconds under a second, else seconds to a
+/// tenth (rounded to the nearest; `1999ms` is `2s`), with no trailing `.0`.
+pub fn short(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let tenths = (ms + 50) / 100;
+    if tenths % 10 == 0 {
+        format!("{}s", tenths / 10)
+    } else {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_plainly() {
+        for (duration, shown) in [
+            (Duration::ZERO, "0ms"),
+            (Duration::from_micros(900), "0ms"),
+            (Duration::from_millis(150), "150ms"),
+            (Duration::from_millis(800), "800ms"),
+            (Duration::from_millis(999), "999ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1999), "2s"),
+            (Duration::from_millis(3500), "3.5s"),
+            (Duration::from_millis(4500), "4.5s"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(60), "60s"),
+            (Duration::from_secs(600), "600s"),
+        ] {
+            assert_eq!(short(duration), shown, "{duration:?}");
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The checks serde cannot make: ranges, relations between keys, executor names,
+//! URLs a driver could connect to.
+//!
+//! Each check looks at one section (or, for durations, one rule across sections)
+//! and answers the first problem it finds; [`validate`] runs them in a fixed order,
+//! and the first problem found is the one reported, naming where its value came from.
+
+use std::time::Duration;
+
+use figment::Figment;
+use overseer_core::Thresholds;
+
+use super::executor::{ExecutorKind, ExecutorName};
+use super::layers::origin_of;
+use super::{
+    ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
+    SupervisorConfig, duration,
+};
+use crate::secret::SecretUrl;
+
+/// A problem with one key: the key, and what is wrong with its value.
+type Problem = (&'static str, String);
+
+/// The whole configuration, checked; the first problem, naming its key and origin.
+pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigError> {
+    let at = |(key, problem): Problem| ConfigError::new(key, origin_of(figment, key), problem);
+    // When several keys are wrong, the first in this order is reported: the order
+    // `overseer` has always checked them in (so `[supervisor]` has two steps).
+    database(&config.database).map_err(at)?;
+    hostname(&config.supervisor).map_err(at)?;
+    durations(config).map_err(at)?;
+    counts(&config.supervisor).map_err(at)?;
+    executor_threshold(config).map_err(at)?;
+    api(&config.api).map_err(at)?;
+    poll_timeout(&config.supervisor, figment).map_err(at)?;
+    for (index, entry) in config.executors.iter().enumerate() {
+        executor(entry, &config.executors[..index]).map_err(|(field, problem)| {
+            ConfigError::new(
+                format!("executors[{index}].{field}"),
+                origin_of(figment, &format!("executors.{index}.{field}")),
+                problem,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `[database]`: a URL sea-orm can connect to.
+fn database(database: &DatabaseConfig) -> Result<(), Problem> {
+    check_database_url(&database.url).map_err(|problem| ("database.url", problem))
+}
+
+/// `supervisor.hostname`: what `job.hostname` can hold.
+fn hostname(supervisor: &SupervisorConfig) -> Result<(), Problem> {
+    if supervisor.hostname.trim().is_empty() {
+        return Err(("supervisor.hostname", "must not be empty".into()));
+    }
+    if supervisor.hostname.len() > 500 {
+        return Err((
+            "supervisor.hostname",
+            "is longer than the 500 characters job.hostname holds".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Every duration, in `[supervisor]` and `[thresholds]`, is longer than zero.
+fn durations(config: &Config) -> Result<(), Problem> {
+    let supervisor = &config.supervisor;
+    for (key, value) in [
+        ("supervisor.poll_interval", supervisor.poll_interval),
+        ("supervisor.poll_timeout", supervisor.poll_timeout),
+        (
+            "supervisor.heartbeat_interval",
+            supervisor.heartbeat_interval,
+        ),
+        ("supervisor.refresh_interval", supervisor.refresh_interval),
+        ("thresholds.scheduler", config.thresholds.scheduler),
+        ("thresholds.triggerer", config.thresholds.triggerer),
+        ("thresholds.dag_processor", config.thresholds.dag_processor),
+        (
+            "thresholds.executor",
+            config.thresholds.executor.unwrap_or(Duration::MAX),
+        ),
+    ] {
+        if value.is_zero() {
+            return Err((key, "must be longer than zero".into()));
+        }
+    }
+    Ok(())
+}
+
+/// `[supervisor]`'s counts of consecutive polls: at least one each.
+fn counts(supervisor: &SupervisorConfig) -> Result<(), Problem> {
+    for (key, value) in [
+        (
+            "supervisor.failures_before_unhealthy",
+            supervisor.failures_before_unhealthy,
+        ),
+        (
+            "supervisor.successes_before_healthy",
+            supervisor.successes_before_healthy,
+        ),
+    ] {
+        if value == 0 {
+            return Err((key, "must be at least 1".into()));
+        }
+    }
+    Ok(())
+}
+
+/// `thresholds.executor`, when set: long enough that this host's own rows stay
+/// alive between two of its heartbeats.
+fn executor_threshold(config: &Config) -> Result<(), Problem> {
+    let Some(threshold) = config.thresholds.executor else {
+        return Ok(());
+    };
+    let heartbeat = config.supervisor.heartbeat_interval;
+    let own = heartbeat.mul_f64(Thresholds::GRACE_MULTIPLIER);
+    // Within a microsecond: 2.1 is not exact in binary, and `2100ms` for a 1 s
+    // heartbeat must pass.
+    if threshold + Duration::from_micros(1) < own {
+        return Err((
+            "thresholds.executor",
+            format!(
+                "{} is shorter than {} (supervisor.heartbeat_interval {} times {}): this host's own executor rows would count as dead between heartbeats",
+                duration::format(threshold),
+                duration::format(own),
+                duration::format(heartbeat),
+                Thresholds::GRACE_MULTIPLIER,
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `[api]`: room for at least one stream client.
+fn api(api: &ApiConfig) -> Result<(), Problem> {
+    if api.max_stream_clients == 0 {
+        return Err(("api.max_stream_clients", "must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// `supervisor.poll_timeout`: shorter than `poll_interval`, so a poll ends before
+/// the next tick.
+fn poll_timeout(supervisor: &SupervisorConfig, figment: &Figment) -> Result<(), Problem> {
+    if supervisor.poll_timeout >= supervisor.poll_interval {
+        return Err((
+            "supervisor.poll_timeout",
+            format!(
+                "{} must be shorter than supervisor.poll_interval ({}, from {})",
+                duration::format(supervisor.poll_timeout),
+                duration::format(supervisor.poll_interval),
+                origin_of(figment, "supervisor.poll_interval"),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One `[[executors]]` entry, after the `earlier` ones; the problem names a field
+/// of the entry (`name`, `broker_url`, ...).
+fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(), Problem> {
+    if executor.name.chars().count() > MAX_EXECUTOR_NAME {
+        return Err((
+            "name",
+            format!(
+                "is {} characters long; job.executor_class holds at most {MAX_EXECUTOR_NAME}",
+                executor.name.chars().count()
+            ),
+        ));
+    }
+    let name = executor
+        .name
+        .parse::<ExecutorName>()
+        .map_err(|problem| ("name", problem))?;
+    if earlier.iter().any(|e| e.name == executor.name) {
+        return Err((
+            "name",
+            format!("executor {:?} is configured twice", executor.name),
+        ));
+    }
+    match (name.kind(), &executor.broker_url) {
+        (ExecutorKind::Celery, None) => {
+            return Err((
+                "broker_url",
+                format!("is missing: {} needs its Celery broker", executor.name),
+            ));
+        }
+        (ExecutorKind::Celery, Some(url)) => {
+            check_broker_url(url).map_err(|problem| ("broker_url", problem))?;
+        }
+        (ExecutorKind::Unchecked, Some(_)) => {
+            return Err((
+                "broker_url",
+                format!("applies only to CeleryExecutor, not to {}", executor.name),
+            ));
+        }
+        (ExecutorKind::Unchecked, None) => {}
+    }
+    if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
+        return Err((
+            "queues",
+            "must list at least one queue, and no empty names".into(),
+        ));
+    }
+    if executor.min_workers > 0 && !executor.worker_ping {
+        return Err((
+            "min_workers",
+            format!(
+                "is {}, which needs worker_ping = true to count workers",
+                executor.min_workers
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The schemes sea-orm connects to.
+fn check_database_url(url: &SecretUrl) -> Result<(), String> {
+    let text = url.expose_secret();
+    if let Some(rest) = text.strip_prefix("sqlite:") {
+        return if rest
+            .trim_start_matches('/')
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            Err(
+                "a sqlite URL must name a file (sqlite://overseer.db?mode=rwc) or sqlite::memory:"
+                    .into(),
+            )
+        } else {
+            Ok(())
+        };
+    }
+    let Some((scheme, _)) = text.split_once("://") else {
+        let written = scheme_for_display(text);
+        return Err(
+            match ["postgresql", "postgres", "mysql", "sqlite"]
+                .into_iter()
+                .find(|known| written.eq_ignore_ascii_case(known))
+            {
+                Some(known) => format!(
+                    "is missing \"://\" after \"{known}\" (expected {known}://host/database)"
+                ),
+                None => "is not a URL: expected sqlite://, postgres:// or mysql://".into(),
+            },
+        );
+    };
+    if !matches!(scheme, "postgres" | "postgresql" | "mysql") {
+        return Err(format!(
+            "unsupported database URL scheme {:?}: expected sqlite://, postgres:// or mysql://",
+            scheme_for_display(text)
+        ));
+    }
+    let parsed = url::Url::parse(text).map_err(|e| format!("is not a valid {scheme} URL: {e}"))?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("a {scheme} URL must name a host"));
+    }
+    Ok(())
+}
+
+/// A broker URL, or a `;`-separated failover list, as Celery and kombu accept
+/// them; the error says what is wrong without quoting the URL.
+fn check_broker_url(url: &SecretUrl) -> Result<(), String> {
+    overseer_celery::BrokerUrl::parse(url.expose_secret())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The part of a URL before `://` or `:`, enough to say which kind it is, never
+/// more (a malformed URL may hold a password anywhere).
+fn scheme_for_display(text: &str) -> String {
+    text.split([':', '/', '@'])
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(20)
+        .collect()
+}
