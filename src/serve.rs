@@ -1,11 +1,9 @@
 //! `overseer serve`: the running service.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use overseer_api::ApiState;
-use overseer_api::metrics::Metrics;
 use overseer_core::actors::PollSettings;
 use overseer_core::{Executor, Overseer, Settings};
 use overseer_migration::{Migrator, MigratorTrait};
@@ -60,17 +58,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let (stopping, stopping_rx) = watch::channel(false);
     let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
-    let state = ApiState {
-        reports: overseer.watch(),
-        metrics: Arc::new(Metrics::new(
-            overseer.executor_stats(),
-            overseer.aggregator_stats(),
-            overseer.watch(),
-        )),
-        shutdown: stopping_rx,
-        max_stream_clients: limits.max_stream_clients,
-        open_streams: Arc::default(),
-    };
+    let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients);
     let server = overseer_api::server(state, listener, limits.max_connections)
         .context("while starting the HTTP server")?;
     let http = server.handle();

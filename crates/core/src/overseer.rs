@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use chrono::Utc;
-use sea_orm::{ConnectOptions, Database};
+use sea_orm::Database;
 use tokio::sync::{oneshot, watch};
 use tokio_stream::wrappers::WatchStream;
 
@@ -39,9 +39,6 @@ use crate::error::{Error, Result};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
-
-/// How long opening the database may take at start-up.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Worker threads of the runtime that runs async checks: checks mostly wait on
 /// the network, so two serve thousands of executors.
@@ -77,14 +74,9 @@ impl Default for Settings {
     }
 }
 
-/// This machine's name, from the kernel (`/proc/sys/kernel/hostname`) or `HOSTNAME`.
-fn default_hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
+/// This machine's name, as the kernel gives it: the default `job.hostname`.
+pub fn default_hostname() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
 }
 
 /// The user this process runs as, as Airflow's `getuser()` finds it.
@@ -277,13 +269,7 @@ async fn start_actors(
     Addr<Aggregator>,
     watch::Receiver<Arc<HealthReport>>,
 )> {
-    let mut options = ConnectOptions::new(url);
-    options
-        .connect_timeout(CONNECT_TIMEOUT)
-        .acquire_timeout(CONNECT_TIMEOUT)
-        .max_connections(4)
-        .sqlx_logging(false);
-    let db = Database::connect(options).await?;
+    let db = Database::connect(crate::connect::options(&url)).await?;
     storage::check_schema(&db).await?;
 
     let keys: Vec<ExecutorKey> = executors
