@@ -20,6 +20,7 @@ pub struct Cli {
     #[arg(long, global = true, env = "OVERSEER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
 
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }

@@ -221,13 +221,9 @@ pub fn default_queues() -> Vec<String> {
     vec![overseer_celery::AIRFLOW_DEFAULT_QUEUE.to_owned()]
 }
 
-/// This machine's host name, as the default `supervisor.hostname`.
-pub fn machine_hostname() -> String {
-    gethostname::gethostname().to_string_lossy().into_owned()
-}
-
 impl Default for Config {
     fn default() -> Self {
+        let core = overseer_core::Settings::default();
         Self {
             database: DatabaseConfig {
                 url: SecretUrl::new(DEFAULT_DATABASE_URL),
@@ -238,19 +234,20 @@ impl Default for Config {
                     .expect("the default bind address parses"),
                 max_stream_clients: DEFAULT_MAX_STREAM_CLIENTS,
             },
+            // The actors' own defaults: declared once, in overseer-core.
             supervisor: SupervisorConfig {
-                hostname: machine_hostname(),
-                poll_interval: Duration::from_secs(10),
-                poll_timeout: Duration::from_secs(5),
-                heartbeat_interval: Duration::from_secs(5),
-                refresh_interval: Duration::from_secs(1),
-                failures_before_unhealthy: 1,
-                successes_before_healthy: 1,
+                hostname: core.hostname,
+                poll_interval: core.poll.poll_interval,
+                poll_timeout: core.poll.poll_timeout,
+                heartbeat_interval: core.heartbeat_interval,
+                refresh_interval: core.refresh_interval,
+                failures_before_unhealthy: core.poll.failures_before_unhealthy,
+                successes_before_healthy: core.poll.successes_before_healthy,
             },
             thresholds: ThresholdsConfig {
-                scheduler: Duration::from_secs(30),
-                triggerer: Duration::from_secs(30),
-                dag_processor: Duration::from_secs(30),
+                scheduler: core.thresholds.scheduler,
+                triggerer: core.thresholds.triggerer,
+                dag_processor: core.thresholds.dag_processor,
                 executor: None,
             },
             executors: Vec::new(),

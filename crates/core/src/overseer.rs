@@ -51,11 +51,15 @@ pub struct Settings {
     pub hostname: String,
     /// `job.unixname` of this process's rows.
     pub unixname: String,
+    /// How the supervisor polls: interval, timeout, damping.
     pub poll: PollSettings,
+    /// How often verdicts and heartbeats are written: the rows' liveness clock.
     pub heartbeat_interval: Duration,
+    /// How often the table is read back to publish a report.
     pub refresh_interval: Duration,
     /// Airflow's thresholds; the executor one follows `heartbeat_interval`.
     pub thresholds: Thresholds,
+    /// How often a panicking check's actor may restart before it backs off.
     pub restart_policy: RestartPolicy,
 }
 
@@ -329,7 +333,9 @@ async fn start_actors(
 /// Which executor a set of counters belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutorIdentity {
+    /// `job.executor_class`: the executor's configured name.
     pub executor_class: String,
+    /// `job.executor_instance`: what it watches (for Celery, the broker).
     pub instance: Option<String>,
 }
 

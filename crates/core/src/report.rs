@@ -191,6 +191,7 @@ macro_rules! component_entry {
             #[serde(rename = $heartbeat, serialize_with = "optional_timestamp")]
             #[schema(value_type = Option<String>, format = DateTime)]
             pub latest_heartbeat: Option<DateTime<Utc>>,
+            /// Overseer's: how the live instances are doing together.
             pub detailed_status: DetailedStatus,
             /// The live instances, by host name.
             pub instances: Vec<$instance>,
@@ -325,6 +326,7 @@ pub struct ExecutorEntry {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub latest_heartbeat: Option<DateTime<Utc>>,
+    /// How the live rows are doing together: `down` when none is fine.
     pub detailed_status: DetailedStatus,
     /// The live executor rows, of every host, by host, executor and instance.
     pub instances: Vec<ExecutorInstance>,
@@ -343,8 +345,11 @@ pub struct HealthReport {
     #[serde(serialize_with = "metadatabase_entry")]
     #[schema(value_type = MetadatabaseEntry)]
     pub metadatabase: Status,
+    /// Airflow's scheduler entry, by Airflow's rules.
     pub scheduler: SchedulerEntry,
+    /// Airflow's triggerer entry (`status` null when none ever ran).
     pub triggerer: TriggererEntry,
+    /// Airflow's DAG processor entry (`status` null when none ever ran).
     pub dag_processor: DagProcessorEntry,
     /// Present when some executor row has no `end_date`.
     #[serde(skip_serializing_if = "Option::is_none")]

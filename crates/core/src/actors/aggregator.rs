@@ -49,8 +49,11 @@ pub struct AggregatorStats {
 /// How often the aggregator writes and reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AggregatorSettings {
+    /// How often verdicts and this session's heartbeats are written.
     pub heartbeat_interval: Duration,
+    /// How often the table is read back and a report published.
     pub refresh_interval: Duration,
+    /// How old a row may be before its component counts as dead.
     pub thresholds: Thresholds,
 }
 
