@@ -22,23 +22,25 @@
 //! own (`overseer-check` threads), blocking checks on a thread each. So a hung
 //! executor can delay nothing of the host's.
 
+mod thread;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use chrono::Utc;
 use sea_orm::Database;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, Finish};
-use crate::actors::supervisor::StopPolling;
+use crate::actors::aggregator::{AggregatorSettings, AggregatorStats};
 use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, PollSettings, RestartPolicy};
 use crate::check::Executor;
 use crate::error::{Error, Result};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
+use thread::{ActorsThread, Started};
 
 /// Worker threads of the runtime that runs async checks: checks mostly wait on
 /// the network, so two serve thousands of executors.
@@ -162,24 +164,7 @@ impl OverseerBuilder {
             settings,
         } = self;
         let url = database_url.ok_or_else(|| Error::Config("no database was given".into()))?;
-        if settings.poll.poll_timeout >= settings.poll.poll_interval {
-            return Err(Error::Config(
-                "poll_timeout must be shorter than poll_interval".into(),
-            ));
-        }
-        for (name, interval) in [
-            ("poll_timeout", settings.poll.poll_timeout),
-            ("heartbeat_interval", settings.heartbeat_interval),
-            ("refresh_interval", settings.refresh_interval),
-        ] {
-            if interval.is_zero() {
-                return Err(Error::Config(format!("{name} must be longer than zero")));
-            }
-        }
-
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let (done_tx, done_rx) = oneshot::channel();
+        settings.check()?;
         let stats: Vec<(ExecutorIdentity, Arc<ExecutorStats>)> = executors
             .iter()
             .map(|e| {
@@ -191,72 +176,54 @@ impl OverseerBuilder {
             })
             .collect();
         let aggregator_stats = Arc::new(AggregatorStats::default());
-
         let checks = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(CHECK_THREADS)
             .thread_name("overseer-check")
             .enable_all()
             .build()
             .map_err(|e| Error::Runtime(format!("cannot start the check runtime: {e}")))?;
+
+        let executor_stats = stats.iter().map(|(_, s)| s.clone()).collect();
         let check_handle = checks.handle().clone();
-        let executor_stats: Vec<Arc<ExecutorStats>> =
-            stats.iter().map(|(_, s)| s.clone()).collect();
         let agg_stats = aggregator_stats.clone();
-
-        let thread = std::thread::Builder::new()
-            .name("overseer-actors".into())
-            .spawn(move || {
-                let system = actix_rt::System::with_tokio_rt(|| {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("a runtime for the actors")
-                });
-                system.block_on(async move {
-                    let started = start_actors(
-                        url,
-                        executors,
-                        executor_stats,
-                        settings,
-                        check_handle,
-                        agg_stats,
-                    )
-                    .await;
-                    let (supervisor, aggregator) = match started {
-                        Ok((supervisor, aggregator, reports)) => {
-                            let _ = ready_tx.send(Ok(reports));
-                            (supervisor, aggregator)
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    // Run until asked to stop, or until the handle is dropped.
-                    let _ = stop_rx.await;
-                    let _ = supervisor.send(StopPolling).await;
-                    let finished = aggregator.send(Finish).await.unwrap_or_else(|e| {
-                        Err(Error::Runtime(format!("the aggregator is gone: {e}")))
-                    });
-                    let _ = done_tx.send(finished);
-                    System::current().stop();
-                });
-                // A hung check may hold a task forever: do not wait for it.
-                checks.shutdown_background();
-            })
-            .map_err(|e| Error::Runtime(format!("cannot start the actors' thread: {e}")))?;
-
-        let reports = ready_rx
-            .await
-            .map_err(|_| Error::Runtime("the actors' thread ended while starting".into()))??;
+        let (actors, reports) = ActorsThread::spawn(checks, move || {
+            start_actors(
+                url,
+                executors,
+                executor_stats,
+                settings,
+                check_handle,
+                agg_stats,
+            )
+        })
+        .await?;
         Ok(Overseer {
             reports,
             stats,
             aggregator_stats,
-            stop: Some(stop_tx),
-            done: Some(done_rx),
-            thread: Some(thread),
+            actors,
         })
+    }
+}
+
+impl Settings {
+    /// What the builder cannot take: a poll that outlives its tick, a zero interval.
+    fn check(&self) -> Result<()> {
+        if self.poll.poll_timeout >= self.poll.poll_interval {
+            return Err(Error::Config(
+                "poll_timeout must be shorter than poll_interval".into(),
+            ));
+        }
+        for (name, interval) in [
+            ("poll_timeout", self.poll.poll_timeout),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("refresh_interval", self.refresh_interval),
+        ] {
+            if interval.is_zero() {
+                return Err(Error::Config(format!("{name} must be longer than zero")));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -268,11 +235,7 @@ async fn start_actors(
     settings: Settings,
     checks: tokio::runtime::Handle,
     aggregator_stats: Arc<AggregatorStats>,
-) -> Result<(
-    Addr<HealthSupervisor>,
-    Addr<Aggregator>,
-    watch::Receiver<Arc<HealthReport>>,
-)> {
+) -> Result<Started> {
     let db = Database::connect(crate::connect::options(&url)).await?;
     storage::check_schema(&db).await?;
 
@@ -327,7 +290,11 @@ async fn start_actors(
     let supervisor =
         HealthSupervisor::new(settings.poll, polled, aggregator.clone().recipient()).start();
     tracing::info!(hostname = %settings.hostname, "supervising executors");
-    Ok((supervisor, aggregator, reports_rx))
+    Ok(Started {
+        supervisor,
+        aggregator,
+        reports: reports_rx,
+    })
 }
 
 /// Which executor a set of counters belongs to.
@@ -355,9 +322,8 @@ pub struct Overseer {
     reports: watch::Receiver<Arc<HealthReport>>,
     stats: Vec<(ExecutorIdentity, Arc<ExecutorStats>)>,
     aggregator_stats: Arc<AggregatorStats>,
-    stop: Option<oneshot::Sender<()>>,
-    done: Option<oneshot::Receiver<Result<()>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The thread the actors run on, and how to end it.
+    actors: ActorsThread,
 }
 
 impl Overseer {
@@ -403,26 +369,12 @@ impl Overseer {
     /// Stops polling, writes the last verdicts, ends the rows with `success`, and
     /// waits for the actors' thread to finish.
     pub async fn shutdown(mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let result = match self.done.take() {
-            Some(done) => done
-                .await
-                .unwrap_or_else(|_| Err(Error::Runtime("the actors' thread ended early".into()))),
-            None => Ok(()),
-        };
-        if let Some(thread) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        result
+        self.actors.stop().await
     }
 }
 
 impl Drop for Overseer {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.actors.signal_stop();
     }
 }

@@ -1,0 +1,433 @@
+//! The report's rules, table-tested, and its JSON pinned byte for byte.
+
+use chrono::TimeZone;
+use serde_json::Value;
+
+use super::*;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap()
+        + chrono::Duration::microseconds(365_305)
+}
+
+fn thresholds() -> Thresholds {
+    Thresholds::with_heartbeat_interval(Duration::from_secs(5))
+}
+
+/// A row of `job_type` on `host`, heartbeat `age` seconds before [`now`].
+fn row(id: i32, job_type: JobType, state: JobState, age: i64, host: &str) -> job::Model {
+    job::Model {
+        id,
+        dag_id: None,
+        state: Some(state.as_str().into()),
+        job_type: Some(job_type.as_str().into()),
+        start_date: Some(now() - chrono::Duration::hours(1)),
+        end_date: (state != JobState::Running).then(|| now() - chrono::Duration::seconds(age)),
+        latest_heartbeat: Some(now() - chrono::Duration::seconds(age)),
+        executor_class: None,
+        hostname: Some(host.into()),
+        unixname: Some("airflow".into()),
+        executor_health: "unknown".into(),
+        executor_health_reason: None,
+        executor_instance: None,
+        executor_health_checked_at: None,
+    }
+}
+
+fn executor_row(id: i32, age: i64, host: &str, health: ExecutorHealth) -> job::Model {
+    job::Model {
+        executor_class: Some("CeleryExecutor".into()),
+        executor_instance: Some("redis://broker:6379/0".into()),
+        executor_health: health.as_str().into(),
+        executor_health_reason: health.reason().map(str::to_owned),
+        executor_health_checked_at: Some(now() - chrono::Duration::seconds(age)),
+        ..row(id, JobType::ExecutorJob, JobState::Running, age, host)
+    }
+}
+
+/// Builds the report the way the aggregator reads rows: the most recent job per
+/// type by Airflow's rule, and the open running rows.
+fn report(rows: Vec<job::Model>) -> Value {
+    let mut job_rows = JobRows::default();
+    for job_type in JobType::ALL {
+        let mut of_type: Vec<&job::Model> = rows
+            .iter()
+            .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()))
+            .collect();
+        of_type.sort_by_key(|r| {
+            (
+                r.state.as_deref() != Some("running"),
+                std::cmp::Reverse(r.latest_heartbeat),
+            )
+        });
+        job_rows.most_recent[type_index(job_type)] = of_type.first().map(|r| (*r).clone());
+    }
+    job_rows.live = rows
+        .into_iter()
+        .filter(|r| r.state.as_deref() == Some("running") && r.end_date.is_none())
+        .collect();
+    let report = HealthReport::build(&job_rows, true, &thresholds(), now());
+    serde_json::from_str(report.json()).unwrap()
+}
+
+/// A report with every shape a value can take: several hosts, a host name
+/// that is null, whole-second and fractional timestamps, an ended component,
+/// one that never ran, every verdict, a reason that needs escaping, and a
+/// verdict not yet made.
+fn every_shape() -> Vec<job::Model> {
+    let at = |micros: i64| Some(now() - chrono::Duration::microseconds(micros));
+    let executor = |id, host: &str, class: &str, health: ExecutorHealth, checked| job::Model {
+        executor_class: Some(class.into()),
+        executor_health_checked_at: checked,
+        ..executor_row(id, 1, host, health)
+    };
+    vec![
+        job::Model {
+            latest_heartbeat: at(2_000_000),
+            ..row(1, JobType::SchedulerJob, JobState::Running, 0, "sched-1")
+        },
+        job::Model {
+            hostname: None,
+            latest_heartbeat: at(3_365_305),
+            ..row(2, JobType::SchedulerJob, JobState::Running, 0, "")
+        },
+        row(3, JobType::TriggererJob, JobState::Success, 100, "trig-1"),
+        job::Model {
+            latest_heartbeat: at(365_305),
+            ..row(4, JobType::DagProcessorJob, JobState::Running, 0, "dp-1")
+        },
+        executor(
+            5,
+            "sched-1",
+            "CeleryExecutor",
+            ExecutorHealth::Healthy,
+            at(2_000_000),
+        ),
+        executor(
+            6,
+            "sched-2",
+            "alias:CeleryExecutor",
+            ExecutorHealth::unhealthy("broker \"redis://broker:6379/0\" refused: é\n\\"),
+            at(365_300),
+        ),
+        executor(7, "sched-2", "LocalExecutor", ExecutorHealth::Unknown, None),
+    ]
+}
+
+/// The JSON is what the hand-written renderer wrote before the report's
+/// types wrote it themselves, byte for byte: Airflow's fields in Airflow's
+/// order, `null`s, and Python's `isoformat()`.
+#[test]
+fn the_json_is_byte_for_byte_what_it_always_was() {
+    let mut job_rows = JobRows::default();
+    let rows = every_shape();
+    for job_type in JobType::ALL {
+        let mut of_type: Vec<&job::Model> = rows
+            .iter()
+            .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()))
+            .collect();
+        of_type.sort_by_key(|r| {
+            (
+                r.state.as_deref() != Some("running"),
+                std::cmp::Reverse(r.latest_heartbeat),
+            )
+        });
+        job_rows.most_recent[type_index(job_type)] = of_type.first().map(|r| (*r).clone());
+    }
+    job_rows.live = rows
+        .into_iter()
+        .filter(|r| r.state.as_deref() == Some("running"))
+        .collect();
+    let full = HealthReport::build(&job_rows, true, &thresholds(), now());
+    assert_eq!(
+        full.json(),
+        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00"},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":null,"checked_at":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00"}]}}"##
+    );
+    let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
+    assert_eq!(
+        empty.json(),
+        r##"{"metadatabase":{"status":"unhealthy"},"scheduler":{"status":"unhealthy","latest_scheduler_heartbeat":null,"detailed_status":"down","instances":[]},"triggerer":{"status":null,"latest_triggerer_heartbeat":null,"detailed_status":"down","instances":[]},"dag_processor":{"status":null,"latest_dag_processor_heartbeat":null,"detailed_status":"down","instances":[]}}"##
+    );
+}
+
+#[test]
+fn no_rows_scheduler_unhealthy_others_null_and_no_executor_entry() {
+    let body = report(vec![]);
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "metadatabase": {"status": "healthy"},
+            "scheduler": {"status": "unhealthy", "latest_scheduler_heartbeat": null, "detailed_status": "down", "instances": []},
+            "triggerer": {"status": null, "latest_triggerer_heartbeat": null, "detailed_status": "down", "instances": []},
+            "dag_processor": {"status": null, "latest_dag_processor_heartbeat": null, "detailed_status": "down", "instances": []},
+        })
+    );
+}
+
+#[test]
+fn airflow_component_rules_table() {
+    use JobState::*;
+    use JobType::*;
+    struct Case {
+        what: &'static str,
+        rows: Vec<job::Model>,
+        scheduler: (&'static str, Option<&'static str>, &'static str, usize),
+    }
+    let cases = [
+        Case {
+            what: "fresh scheduler",
+            rows: vec![row(1, SchedulerJob, Running, 3, "sched-1")],
+            scheduler: (
+                "healthy",
+                Some("2026-11-29T19:48:45.365305+00:00"),
+                "healthy",
+                1,
+            ),
+        },
+        Case {
+            what: "stale scheduler: heartbeat still reported, status unhealthy",
+            rows: vec![row(1, SchedulerJob, Running, 40, "sched-1")],
+            scheduler: (
+                "unhealthy",
+                Some("2026-11-29T19:48:08.365305+00:00"),
+                "down",
+                0,
+            ),
+        },
+        Case {
+            what: "exactly at the threshold is dead (Airflow's strict <)",
+            rows: vec![row(1, SchedulerJob, Running, 30, "sched-1")],
+            scheduler: (
+                "unhealthy",
+                Some("2026-11-29T19:48:18.365305+00:00"),
+                "down",
+                0,
+            ),
+        },
+        Case {
+            what: "ended scheduler is the most recent: unhealthy",
+            rows: vec![row(1, SchedulerJob, Success, 1, "sched-1")],
+            scheduler: (
+                "unhealthy",
+                Some("2026-11-29T19:48:47.365305+00:00"),
+                "down",
+                0,
+            ),
+        },
+        Case {
+            what: "restarted: the crashed row stays open and stale, the new one is fresh",
+            rows: vec![
+                row(1, SchedulerJob, Running, 600, "sched-1"),
+                row(2, SchedulerJob, Running, 2, "sched-1"),
+            ],
+            scheduler: (
+                "healthy",
+                Some("2026-11-29T19:48:46.365305+00:00"),
+                "healthy",
+                1,
+            ),
+        },
+        Case {
+            what: "a running row beats a newer ended one",
+            rows: vec![
+                row(1, SchedulerJob, Running, 20, "a"),
+                row(2, SchedulerJob, Success, 1, "b"),
+            ],
+            scheduler: (
+                "healthy",
+                Some("2026-11-29T19:48:28.365305+00:00"),
+                "healthy",
+                1,
+            ),
+        },
+        Case {
+            what: "two live hosts",
+            rows: vec![
+                row(1, SchedulerJob, Running, 2, "b"),
+                row(2, SchedulerJob, Running, 5, "a"),
+            ],
+            scheduler: (
+                "healthy",
+                Some("2026-11-29T19:48:46.365305+00:00"),
+                "healthy",
+                2,
+            ),
+        },
+    ];
+    for case in cases {
+        let body = report(case.rows);
+        let scheduler = &body["scheduler"];
+        let (status, heartbeat, detailed, instances) = case.scheduler;
+        assert_eq!(scheduler["status"], status, "{}", case.what);
+        assert_eq!(
+            scheduler["latest_scheduler_heartbeat"].as_str(),
+            heartbeat,
+            "{}",
+            case.what
+        );
+        assert_eq!(scheduler["detailed_status"], detailed, "{}", case.what);
+        assert_eq!(
+            scheduler["instances"].as_array().unwrap().len(),
+            instances,
+            "{}",
+            case.what
+        );
+    }
+}
+
+#[test]
+fn a_triggerer_that_ran_once_is_unhealthy_not_null() {
+    let body = report(vec![row(
+        1,
+        JobType::TriggererJob,
+        JobState::Failed,
+        100,
+        "t",
+    )]);
+    assert_eq!(body["triggerer"]["status"], "unhealthy");
+    assert_eq!(body["dag_processor"]["status"], Value::Null);
+}
+
+#[test]
+fn executor_entry_rules_table() {
+    let bad = || ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection");
+    struct Case {
+        what: &'static str,
+        rows: Vec<job::Model>,
+        expect: Option<(&'static str, &'static str, usize)>,
+    }
+    let cases = [
+        Case {
+            what: "no executor rows: no entry",
+            rows: vec![row(1, JobType::SchedulerJob, JobState::Running, 1, "s")],
+            expect: None,
+        },
+        Case {
+            what: "all executor rows ended: no entry",
+            rows: vec![row(1, JobType::ExecutorJob, JobState::Success, 1, "s")],
+            expect: None,
+        },
+        Case {
+            what: "one healthy",
+            rows: vec![executor_row(1, 1, "a", ExecutorHealth::Healthy)],
+            expect: Some(("healthy", "healthy", 1)),
+        },
+        Case {
+            what: "unknown never counts as dead",
+            rows: vec![executor_row(1, 1, "a", ExecutorHealth::Unknown)],
+            expect: Some(("healthy", "healthy", 1)),
+        },
+        Case {
+            what: "mixed verdicts: degraded",
+            rows: vec![
+                executor_row(1, 1, "a", ExecutorHealth::Healthy),
+                executor_row(2, 1, "b", bad()),
+            ],
+            expect: Some(("unhealthy", "degraded", 2)),
+        },
+        Case {
+            what: "every live row unhealthy: down",
+            rows: vec![executor_row(1, 1, "a", bad())],
+            expect: Some(("unhealthy", "down", 1)),
+        },
+        Case {
+            what: "stale rows are not instances (threshold 30 s)",
+            rows: vec![executor_row(1, 31, "a", ExecutorHealth::Healthy)],
+            expect: Some(("unhealthy", "down", 0)),
+        },
+        Case {
+            what: "a slower supervisor's row between its heartbeats is alive \
+                   (older than this host's 5 s * 2.1, within 30 s)",
+            rows: vec![executor_row(1, 20, "a", ExecutorHealth::Healthy)],
+            expect: Some(("healthy", "healthy", 1)),
+        },
+        Case {
+            what: "a stale unhealthy ghost beside a fresh healthy row is ignored",
+            rows: vec![
+                executor_row(1, 600, "a", bad()),
+                executor_row(2, 1, "a", ExecutorHealth::Healthy),
+            ],
+            expect: Some(("healthy", "healthy", 1)),
+        },
+    ];
+    for case in cases {
+        let body = report(case.rows);
+        match case.expect {
+            None => assert!(body.get("executor").is_none(), "{}", case.what),
+            Some((status, detailed, instances)) => {
+                let executor = &body["executor"];
+                assert_eq!(executor["status"], status, "{}", case.what);
+                assert_eq!(executor["detailed_status"], detailed, "{}", case.what);
+                assert_eq!(
+                    executor["instances"].as_array().unwrap().len(),
+                    instances,
+                    "{}",
+                    case.what
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_executor_instance_carries_its_verdict_reason_and_check_time() {
+    let body = report(vec![executor_row(
+        7,
+        2,
+        "sched-1",
+        ExecutorHealth::unhealthy("broker unreachable: connection refused"),
+    )]);
+    assert_eq!(
+        body["executor"],
+        serde_json::json!({
+            "status": "unhealthy",
+            "latest_executor_heartbeat": "2026-11-29T19:48:46.365305+00:00",
+            "detailed_status": "down",
+            "instances": [{
+                "executor": "CeleryExecutor",
+                "instance": "redis://broker:6379/0",
+                "hostname": "sched-1",
+                "latest_executor_heartbeat": "2026-11-29T19:48:46.365305+00:00",
+                "health": "unhealthy",
+                "reason": "broker unreachable: connection refused",
+                "checked_at": "2026-11-29T19:48:46.365305+00:00",
+            }],
+        })
+    );
+}
+
+#[test]
+fn a_failed_read_marks_the_metadatabase_unhealthy() {
+    let report = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
+    assert!(
+        report
+            .json()
+            .starts_with(r#"{"metadatabase":{"status":"unhealthy"},"scheduler":"#)
+    );
+    assert!(report.any_unhealthy());
+}
+
+#[test]
+fn timestamps_are_written_as_python_isoformat_writes_them() {
+    assert_eq!(airflow_timestamp(now()), "2026-11-29T19:48:48.365305+00:00");
+    let whole = Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap();
+    assert_eq!(airflow_timestamp(whole), "2026-11-29T19:48:48+00:00");
+    let small = whole + chrono::Duration::microseconds(5);
+    assert_eq!(airflow_timestamp(small), "2026-11-29T19:48:48.000005+00:00");
+}
+
+#[test]
+fn the_json_keeps_airflows_key_order() {
+    let body = report(vec![row(
+        1,
+        JobType::SchedulerJob,
+        JobState::Running,
+        1,
+        "s",
+    )]);
+    let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["metadatabase", "scheduler", "triggerer", "dag_processor"]
+    );
+}
