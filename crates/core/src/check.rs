@@ -10,8 +10,19 @@ use std::sync::Arc;
 
 use crate::job::ExecutorHealth;
 
-/// An asynchronous health check. The default answer is `unknown`, so an executor
-/// without a real check never shows as dead.
+/// An asynchronous health check.
+///
+/// `get_health` has no default body: an implementation that forgot it would
+/// otherwise compile into an executor that says `unknown` forever. An executor
+/// with no real check says so on purpose, with [`NoCheck`] (or
+/// [`Executor::unchecked`]).
+///
+/// ```compile_fail,E0046
+/// struct Forgotten;
+///
+/// #[async_trait::async_trait]
+/// impl overseer_core::HealthCheck for Forgotten {}
+/// ```
 ///
 /// A check must not block its thread; one that may (a synchronous client, a
 /// subprocess) is a [`BlockingHealthCheck`] instead.
@@ -19,25 +30,33 @@ use crate::job::ExecutorHealth;
 pub trait HealthCheck: Send + Sync + 'static {
     /// Asks the executor how it is. The supervisor bounds the wait
     /// (`poll_timeout`); the check need not.
-    async fn get_health(&self) -> ExecutorHealth {
-        ExecutorHealth::Unknown
-    }
+    async fn get_health(&self) -> ExecutorHealth;
 }
 
 /// A health check that may block its thread; it runs on a thread of its own.
+/// Like [`HealthCheck`], it has no default answer.
+///
+/// ```compile_fail,E0046
+/// struct Forgotten;
+///
+/// impl overseer_core::BlockingHealthCheck for Forgotten {}
+/// ```
 pub trait BlockingHealthCheck: Send + Sync + 'static {
     /// Asks the executor how it is, blocking as long as it takes.
-    fn get_health(&self) -> ExecutorHealth {
-        ExecutorHealth::Unknown
-    }
+    fn get_health(&self) -> ExecutorHealth;
 }
 
-/// A check that always answers `unknown`: for executors with no real check yet.
+/// A check that always answers `unknown`: for executors with no real check yet,
+/// so that they never show as dead.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoCheck;
 
 #[async_trait::async_trait]
-impl HealthCheck for NoCheck {}
+impl HealthCheck for NoCheck {
+    async fn get_health(&self) -> ExecutorHealth {
+        ExecutorHealth::Unknown
+    }
+}
 
 /// How a check runs.
 #[derive(Clone)]

@@ -23,13 +23,12 @@ pub struct ExecutorStats {
     pub checks_running: AtomicU64,
     /// The most checks ever running at once.
     pub checks_running_max: AtomicU64,
-    /// How long the last answered poll took, in microseconds.
-    pub last_poll_micros: AtomicU64,
     /// Answered polls by duration: how many took at most each of
     /// [`POLL_BUCKETS_SECONDS`] (cumulative, as Prometheus histograms count).
     pub poll_buckets: [AtomicU64; POLL_BUCKETS_SECONDS.len()],
-    /// Answered polls, and their total duration in microseconds.
+    /// Answered polls: the histogram's count.
     pub poll_count: AtomicU64,
+    /// Their total duration in microseconds: the histogram's sum.
     pub poll_sum_micros: AtomicU64,
 }
 
@@ -42,15 +41,22 @@ pub const POLL_BUCKETS_SECONDS: [f64; 12] = [
 /// A copy of [`ExecutorStats`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsSnapshot {
+    /// See [`ExecutorStats::polls`].
     pub polls: u64,
+    /// See [`ExecutorStats::skipped`].
     pub skipped: u64,
+    /// See [`ExecutorStats::timeouts`].
     pub timeouts: u64,
+    /// See [`ExecutorStats::late_replies`].
     pub late_replies: u64,
+    /// See [`ExecutorStats::panics`].
     pub panics: u64,
+    /// See [`ExecutorStats::restarts`].
     pub restarts: u64,
+    /// See [`ExecutorStats::checks_running`].
     pub checks_running: u64,
+    /// See [`ExecutorStats::checks_running_max`].
     pub checks_running_max: u64,
-    pub last_poll_micros: u64,
 }
 
 impl ExecutorStats {
@@ -66,14 +72,12 @@ impl ExecutorStats {
             restarts: get(&self.restarts),
             checks_running: get(&self.checks_running),
             checks_running_max: get(&self.checks_running_max),
-            last_poll_micros: get(&self.last_poll_micros),
         }
     }
 
     /// Records one answered poll's duration.
     pub(crate) fn observe_poll(&self, took: std::time::Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.last_poll_micros.store(micros, Ordering::Relaxed);
         self.poll_count.fetch_add(1, Ordering::Relaxed);
         self.poll_sum_micros.fetch_add(micros, Ordering::Relaxed);
         let seconds = took.as_secs_f64();

@@ -1,7 +1,9 @@
 //! Reading and writing job rows: plain async functions over a connection.
 //!
 //! Nothing here knows of actors or HTTP; callers own the connection and decide
-//! when to call. Each function issues a fixed number of statements.
+//! when to call. Each function issues a fixed number of statements. Only what
+//! the service itself calls is public: tests read and write rows through the
+//! entity ([`crate::entity::job`]) like any other reader of the table.
 
 use std::time::Duration;
 
@@ -10,90 +12,14 @@ use sea_orm::sea_query::{
     Expr, MysqlQueryBuilder, Order, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
 };
 use sea_orm::{
-    AccessMode, ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait,
-    DbBackend, EntityTrait, IsolationLevel, QueryFilter, QueryOrder, QuerySelect,
-    TransactionSession, TransactionTrait,
+    AccessMode, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait,
+    IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
 };
 
 use crate::entity::job::{self, Column, Entity as Job};
 use crate::error::Result;
 use crate::job::{ExecutorHealth, JobState, JobType};
 use crate::report::JobRows;
-
-/// What a new row says about the process that owns it.
-#[derive(Debug, Clone)]
-pub struct NewJob {
-    /// The component kind.
-    pub job_type: JobType,
-    /// Normally [`JobState::Running`]: a row is inserted when its process starts.
-    pub state: JobState,
-    /// The executor's configured name; Airflow also fills it for its own components.
-    pub executor_class: Option<String>,
-    /// The host of the owning process.
-    pub hostname: String,
-    /// The user of the owning process.
-    pub unixname: String,
-    /// For executor rows: what counts as the instance (the broker, for Celery).
-    pub executor_instance: Option<String>,
-    /// Start time, which is also the first heartbeat.
-    pub start_date: DateTime<Utc>,
-}
-
-/// Inserts a row and returns it as stored (with its id). Its verdict starts `unknown`.
-pub async fn insert(db: &impl ConnectionTrait, new: NewJob) -> Result<job::Model> {
-    let row = job::ActiveModel {
-        dag_id: Set(None),
-        state: Set(Some(new.state.as_str().to_owned())),
-        job_type: Set(Some(new.job_type.as_str().to_owned())),
-        start_date: Set(Some(new.start_date)),
-        end_date: Set(None),
-        latest_heartbeat: Set(Some(new.start_date)),
-        executor_class: Set(new.executor_class),
-        hostname: Set(Some(new.hostname)),
-        unixname: Set(Some(new.unixname)),
-        executor_health: Set(ExecutorHealth::Unknown.as_str().to_owned()),
-        executor_health_reason: Set(None),
-        executor_instance: Set(new.executor_instance),
-        executor_health_checked_at: Set(None),
-        ..Default::default()
-    };
-    Ok(row.insert(db).await?)
-}
-
-/// The row with this id, if any.
-pub async fn find(db: &impl ConnectionTrait, id: i32) -> Result<Option<job::Model>> {
-    Ok(Job::find_by_id(id).one(db).await?)
-}
-
-/// Airflow's "most recent job" of a type, by Airflow's own query
-/// (`airflow/jobs/job.py`, `most_recent_job`): running rows first, then the
-/// latest heartbeat first. Null heartbeats sort as the database sorts them, as
-/// they do for Airflow.
-pub async fn most_recent(
-    db: &impl ConnectionTrait,
-    job_type: JobType,
-) -> Result<Option<job::Model>> {
-    let running_first: Expr = Expr::case(Column::State.eq(JobState::Running.as_str()), 0)
-        .finally(1)
-        .into();
-    Ok(Job::find()
-        .filter(Column::JobType.eq(job_type.as_str()))
-        .order_by(running_first, Order::Asc)
-        .order_by(Column::LatestHeartbeat, Order::Desc)
-        .limit(1)
-        .one(db)
-        .await?)
-}
-
-/// Every row that has not ended (`end_date` is null), of every type and host,
-/// ordered by id.
-pub async fn open_jobs(db: &impl ConnectionTrait) -> Result<Vec<job::Model>> {
-    Ok(Job::find()
-        .filter(Column::EndDate.is_null())
-        .order_by(Column::Id, Order::Asc)
-        .all(db)
-        .await?)
-}
 
 /// The rows one Overseer process owns: its executor rows carry its host, its
 /// user and its exact start time, which no other process shares.
@@ -129,7 +55,7 @@ impl Session {
 }
 
 /// A time cut to the microsecond, the precision every backend stores.
-pub fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
     at.with_nanosecond(at.nanosecond() / 1_000 * 1_000)
         .unwrap_or(at)
 }
@@ -240,8 +166,11 @@ pub async fn register(
 /// One verdict to write: the row's id, the verdict, and when it was made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerdictRow {
+    /// The executor's `job.id`.
     pub id: i32,
+    /// The verdict: `executor_health` and `executor_health_reason`.
     pub health: ExecutorHealth,
+    /// `executor_health_checked_at`: when the verdict was made.
     pub checked_at: DateTime<Utc>,
 }
 
@@ -413,6 +342,23 @@ async fn read_report_rows(
         .all(db)
         .await?;
     Ok(rows)
+}
+
+/// Airflow's "most recent job" of a type, by Airflow's own query
+/// (`airflow/jobs/job.py`, `most_recent_job`): running rows first, then the
+/// latest heartbeat first. Null heartbeats sort as the database sorts them, as
+/// they do for Airflow.
+async fn most_recent(db: &impl ConnectionTrait, job_type: JobType) -> Result<Option<job::Model>> {
+    let running_first: Expr = Expr::case(Column::State.eq(JobState::Running.as_str()), 0)
+        .finally(1)
+        .into();
+    Ok(Job::find()
+        .filter(Column::JobType.eq(job_type.as_str()))
+        .order_by(running_first, Order::Asc)
+        .order_by(Column::LatestHeartbeat, Order::Desc)
+        .limit(1)
+        .one(db)
+        .await?)
 }
 
 /// Checks that the table has Overseer's columns, so that a missing migration is

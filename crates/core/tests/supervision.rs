@@ -2,6 +2,11 @@
 //! time: a hung check holds one task or thread forever and delays nothing, a
 //! panicking check restarts its actor and then backs off, healthy executors keep
 //! their pace beside a hung one.
+//!
+//! Paused time needs the checks on the actors' own (paused) runtime. Production
+//! runs them on a runtime of their own, so the last tests take that path, the
+//! one [`Overseer`] builds, in real time: they wait (boundedly) on the counters
+//! and the report, and assert no durations.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -9,10 +14,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use overseer_core::actors::{
-    ExecutorActor, HealthSupervisor, PollSettings, RestartPolicy, Verdict,
+    ExecutorActor, HealthSupervisor, NewVerdict, PollSettings, RestartPolicy,
 };
 use overseer_core::stats::ExecutorStats;
-use overseer_core::{BlockingHealthCheck, Executor, ExecutorHealth, HealthCheck};
+use overseer_core::{
+    BlockingHealthCheck, Executor, ExecutorHealth, HealthCheck, HealthReport, Overseer,
+};
+use overseer_migration::{Migrator, MigratorTrait};
 
 /// Runs `test` in an actix system whose clock is paused: sleeping advances it
 /// at once to the next timer.
@@ -29,7 +37,7 @@ fn paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
 
 /// Collects every verdict the supervisor sends.
 #[derive(Default, Clone)]
-struct Verdicts(Arc<Mutex<Vec<Verdict>>>);
+struct Verdicts(Arc<Mutex<Vec<NewVerdict>>>);
 
 impl Actor for Collector {
     type Context = Context<Self>;
@@ -37,9 +45,9 @@ impl Actor for Collector {
 
 struct Collector(Verdicts);
 
-impl Handler<Verdict> for Collector {
+impl Handler<NewVerdict> for Collector {
     type Result = ();
-    fn handle(&mut self, verdict: Verdict, _: &mut Context<Self>) {
+    fn handle(&mut self, verdict: NewVerdict, _: &mut Context<Self>) {
         self.0.0.lock().unwrap().push(verdict);
     }
 }
@@ -56,7 +64,9 @@ impl Verdicts {
     }
 }
 
-/// Starts one supervisor over `executors` (checks run as tasks of this runtime).
+/// Starts one supervisor over `executors`. Checks are spawned through a runtime
+/// handle as in production, but on this paused runtime, so that its clock rules
+/// them too.
 fn supervise(
     settings: PollSettings,
     policy: RestartPolicy,
@@ -71,7 +81,9 @@ fn supervise(
             let stats = Arc::new(ExecutorStats::default());
             all_stats.push(stats.clone());
             let label = executor.label();
-            let addr = ExecutorActor::new(executor, stats.clone(), policy, None).start_supervised();
+            let checks = tokio::runtime::Handle::current();
+            let addr = ExecutorActor::new(executor, stats.clone(), policy, Some(checks))
+                .start_supervised();
             (addr, stats, label)
         })
         .collect();
@@ -422,4 +434,192 @@ fn damping_reports_a_change_only_after_enough_consecutive_answers() {
         assert_eq!(verdicts.of(0), [bad(), ExecutorHealth::Healthy]);
         System::current().stop();
     });
+}
+
+// On the production path: the actors on their own thread, async checks on a
+// runtime of their own, as `Overseer` (and so `overseer serve`) runs them.
+
+/// The longest a production-path test waits for what the actors do every 100 ms.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// An Overseer polling `executors` every 100 ms, on a SQLite database of its own.
+async fn overseer(executors: Vec<Executor>) -> (Overseer, overseer_testkit::TestDb) {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = Overseer::builder()
+        .database(&db.url)
+        .hostname("sched-1")
+        .executors(executors)
+        .poll_interval(Duration::from_millis(100))
+        .poll_timeout(Duration::from_millis(50))
+        .heartbeat_interval(Duration::from_millis(100))
+        .refresh_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    (overseer, db)
+}
+
+/// Waits until `done` holds for the counters of executor `index`.
+async fn stats_until(
+    overseer: &Overseer,
+    index: usize,
+    what: &str,
+    done: impl Fn(&ExecutorStats) -> bool,
+) {
+    let stats = overseer.executor_stats()[index].1.clone();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done(&stats) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {PATIENCE:?}; {:?}",
+            overseer.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the published report satisfies `done`.
+async fn report_until(overseer: &Overseer, what: &str, done: impl Fn(&HealthReport) -> bool) {
+    let mut reports = overseer.watch();
+    tokio::time::timeout(PATIENCE, async {
+        while !done(&reports.borrow_and_update()) {
+            reports.changed().await.expect("the actors run");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: not seen within {PATIENCE:?}; last: {}",
+            overseer.report().json()
+        )
+    });
+}
+
+/// The verdict the report shows for the executor of this class.
+fn verdict_of(report: &HealthReport, class: &str) -> Option<ExecutorHealth> {
+    report
+        .executor
+        .as_ref()?
+        .instances
+        .iter()
+        .find(|i| i.executor.as_deref() == Some(class))
+        .filter(|i| i.checked_at.is_some())
+        .map(|i| i.health.clone())
+}
+
+/// An async check that wrongly blocks its thread, forever.
+#[derive(Clone)]
+struct BlocksItsThread;
+
+#[async_trait::async_trait]
+impl HealthCheck for BlocksItsThread {
+    async fn get_health(&self) -> ExecutorHealth {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Healthy, and notes the name of the thread it ran on.
+#[derive(Clone, Default)]
+struct HealthyOnThread(Arc<Mutex<Option<String>>>);
+
+#[async_trait::async_trait]
+impl HealthCheck for HealthyOnThread {
+    async fn get_health(&self) -> ExecutorHealth {
+        *self.0.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+        ExecutorHealth::Healthy
+    }
+}
+
+#[tokio::test]
+async fn on_the_production_path_an_async_check_that_blocks_its_thread_stalls_no_one() {
+    let neighbour = HealthyOnThread::default();
+    let (overseer, _db) = overseer(vec![
+        Executor::new("BlockingExecutor", BlocksItsThread),
+        Executor::new("CeleryExecutor", neighbour.clone()),
+    ])
+    .await;
+
+    // Were the check on the actors' runtime, it would have stopped every actor.
+    stats_until(&overseer, 1, "the neighbour answering five polls", |s| {
+        s.poll_count.load(Ordering::Relaxed) >= 5
+    })
+    .await;
+    let blocked = overseer.executor_stats()[0].1.snapshot();
+    assert_eq!(blocked.polls, 1, "one poll ever sent to the blocked check");
+    assert_eq!(blocked.timeouts, 1);
+    assert!(blocked.skipped >= 4, "later ticks skipped: {blocked:?}");
+    assert_eq!(blocked.checks_running, 1, "it holds one worker thread");
+    assert_eq!(
+        neighbour.0.lock().unwrap().as_deref(),
+        Some("overseer-check"),
+        "checks run on the check runtime's threads"
+    );
+    report_until(&overseer, "both verdicts in the report", |r| {
+        verdict_of(r, "BlockingExecutor") == Some(ExecutorHealth::unhealthy("no reply within 50ms"))
+            && verdict_of(r, "CeleryExecutor") == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn on_the_production_path_a_panicking_check_restarts_its_actor_fresh_and_answers() {
+    let built = Arc::new(AtomicUsize::new(0));
+    let panics_left = Arc::new(AtomicUsize::new(1));
+    let executor = {
+        let built = built.clone();
+        Executor::with_factory("CeleryExecutor", move || {
+            built.fetch_add(1, Ordering::SeqCst);
+            PanicsThenHealthy {
+                panics_left: panics_left.clone(),
+            }
+        })
+    };
+    let (overseer, _db) = overseer(vec![executor]).await;
+
+    // The panic crosses from the check runtime to the actor, which restarts.
+    stats_until(&overseer, 0, "a panic and a restart", |s| {
+        s.restarts.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    report_until(&overseer, "healthy after the restart", |r| {
+        verdict_of(r, "CeleryExecutor") == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    let stats = overseer.stats()[0].1;
+    assert_eq!((stats.panics, stats.restarts), (1, 1));
+    assert_eq!(
+        built.load(Ordering::SeqCst),
+        2,
+        "the restart built a fresh check"
+    );
+    overseer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn on_the_production_path_late_answers_are_dropped_and_clear_the_guard() {
+    // The check's own timer runs on the check runtime.
+    let (overseer, _db) = overseer(vec![Executor::new(
+        "SlowExecutor",
+        Slow(Duration::from_millis(75)),
+    )])
+    .await;
+
+    stats_until(&overseer, 0, "three late answers", |s| {
+        s.late_replies.load(Ordering::Relaxed) >= 3
+    })
+    .await;
+    // Each late answer came from a poll of its own: it cleared the guard.
+    let stats = overseer.stats()[0].1;
+    assert!(stats.polls >= 3, "{stats:?}");
+    assert!(stats.timeouts >= stats.late_replies, "{stats:?}");
+    assert_eq!(stats.panics, 0, "{stats:?}");
+    report_until(&overseer, "the timeout in the report", |r| {
+        verdict_of(r, "SlowExecutor") == Some(ExecutorHealth::unhealthy("no reply within 50ms"))
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
 }

@@ -17,10 +17,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::check::{Check, Executor};
+use crate::duration;
 use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
-
-use super::short_duration;
 
 /// Asks an executor for its health. Answered with the verdict; never an error.
 #[derive(Debug, Clone, Copy, Message)]
@@ -189,7 +188,7 @@ impl Supervised for ExecutorActor {
             tracing::warn!(
                 executor = %self.executor.label(),
                 restarts = self.restarts.len(),
-                backoff = %short_duration(backoff),
+                backoff = %duration::short(backoff),
                 "health check keeps panicking; backing off"
             );
         }
@@ -205,7 +204,7 @@ impl Handler<CheckHealth> for ExecutorActor {
                 let reason = format!(
                     "health check panicked {} times within {}; not run again for {}s",
                     self.restarts.len(),
-                    short_duration(self.policy.window),
+                    duration::short(self.policy.window),
                     (until - Instant::now()).as_secs_f64().ceil(),
                 );
                 return Box::pin(actix::fut::ready(ExecutorHealth::unhealthy(reason)));
