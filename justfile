@@ -10,9 +10,8 @@ test *ARGS:
     cargo nextest run --workspace {{ARGS}}
 
 # Overseer beside a real Airflow 3.3.2 (CeleryExecutor, Redis, Postgres). The first run builds the
-# venv in ~/.cache/overseer/airflow-3.3.2-venv (30-60 s); later runs reuse it.
+# venv in ~/.cache/overseer/airflow-3.3.2-venv (minutes: pip resolves Airflow); later runs reuse it.
 interop-airflow:
-    bash tests/interop/install-airflow.sh
     cargo nextest run -p overseer --test interop_airflow --no-capture
 
 # Formatting and clippy, as CI checks them.

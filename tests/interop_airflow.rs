@@ -5,7 +5,7 @@
 //! shows (`migrate`, `start_up`, `reports_agree`, `broker_down`, ...):
 //! 1. **install**: a venv with `apache-airflow[postgres]==3.3.2`, the Celery provider and
 //!    `celery<5.6`, made once per machine outside the clone by
-//!    `tests/interop/install-airflow.sh` (cached, behind a lock folder).
+//!    `overseer_testkit::venv::airflow` (cached, behind a lock folder).
 //! 2. **migrate**: a fresh Postgres database; `airflow db migrate`, then `overseer migrate`
 //!    on the same database (Overseer adds its four columns to Airflow's `job` table).
 //! 3. **start-up**: a Redis broker of the test's own, Airflow's `scheduler`, `triggerer`,
@@ -46,11 +46,6 @@ use serde_json::Value;
 
 /// The binary under test.
 const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
-/// Makes the cached Airflow venv (idempotent; prints its path on the last line).
-const INSTALL_SCRIPT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/interop/install-airflow.sh"
-);
 /// The DAG folder's one file: a DAG that never runs, so nothing is ever sent to the broker.
 const DAG: &str = include_str!("interop/dags/overseer_interop.py");
 
@@ -92,8 +87,6 @@ const START_DEADLINE: Duration = Duration::from_secs(240);
 const MIGRATE_DEADLINE: Duration = Duration::from_secs(300);
 /// `airflow jobs check`, mostly Python start-up.
 const CLI_DEADLINE: Duration = Duration::from_secs(120);
-/// The first install: pip resolving and downloading Airflow without constraint files.
-const INSTALL_DEADLINE: Duration = Duration::from_secs(1800);
 /// SIGTERM, then this long to exit, then SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(20);
 
@@ -483,30 +476,14 @@ async fn stop(run: &mut Run, db: &TestDb) {
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
 }
 
-/// The cached venv, made (or waited for) by the install script; `None` when it cannot be
-/// made here (skipped, or a failure under CI).
+/// The cached venv, made (or waited for) by the testkit's venv builder; `None` when
+/// it cannot be made here (skipped, or a failure under CI).
 fn airflow_venv(timings: &mut Timings) -> Option<PathBuf> {
     let started = Instant::now();
-    let log = tempfile::NamedTempFile::new().expect("a log file");
-    let mut child = Command::new("bash")
-        .arg(INSTALL_SCRIPT)
-        .stdout(Stdio::piped())
-        .stderr(log.reopen().expect("the log file"))
-        .spawn()
-        .expect("bash runs");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
-        out
-    });
-    let status = wait_deadline(&mut child, INSTALL_DEADLINE);
-    let out = reader.join().unwrap_or_default();
-    let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+    let built = overseer_testkit::venv::airflow();
     timings.add("install (cached after the first run)", started.elapsed());
-    let venv = out.lines().last().map(PathBuf::from);
-    match (status, venv) {
-        (Some(status), Some(venv)) if status.success() && venv.join("bin/airflow").exists() => {
+    match built {
+        Ok(venv) if venv.join("bin/airflow").exists() => {
             let seconds =
                 std::fs::read_to_string(venv.join(".install-seconds")).unwrap_or_default();
             eprintln!(
@@ -517,12 +494,13 @@ fn airflow_venv(timings: &mut Timings) -> Option<PathBuf> {
             );
             Some(venv)
         }
-        (status, _) => overseer_testkit::unavailable(
+        Ok(venv) => overseer_testkit::unavailable(
             "the Airflow 3.3.2 venv (pip install from PyPI)",
-            format!(
-                "{INSTALL_SCRIPT} ended with {status:?}:\n{}",
-                tail(&log, 30)
-            ),
+            format!("{} has no bin/airflow", venv.display()),
+        ),
+        Err(e) => overseer_testkit::unavailable(
+            "the Airflow 3.3.2 venv (pip install from PyPI)",
+            tail(&e, 30),
         ),
     }
 }
