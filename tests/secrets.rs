@@ -401,56 +401,29 @@ fn a_database_password_reaches_postgres_by_every_path() {
             .replace("postgresql://", "postgres://")
     };
     let bad = "Pg s3cr@t:#/y";
-    for (what, var, url, ok) in [
-        (
-            "SQLAlchemy, user information",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-            userinfo(PG_PASSWORD),
-            true,
-        ),
-        (
-            "SQLAlchemy, user information",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-            userinfo(bad),
-            false,
-        ),
-        (
-            "SQLAlchemy, ?password=",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-            query(PG_PASSWORD),
-            true,
-        ),
-        (
-            "SQLAlchemy, ?password=",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-            query(bad),
-            false,
-        ),
-        (
-            "Overseer, user information",
-            "OVERSEER_DATABASE__URL",
-            native(userinfo(PG_PASSWORD)),
-            true,
-        ),
-        (
-            "Overseer, user information",
-            "OVERSEER_DATABASE__URL",
-            native(userinfo(bad)),
-            false,
-        ),
-        (
-            "Overseer, ?password=",
-            "OVERSEER_DATABASE__URL",
-            native(query(PG_PASSWORD)),
-            true,
-        ),
-        (
-            "Overseer, ?password=",
-            "OVERSEER_DATABASE__URL",
-            native(query(bad)),
-            false,
-        ),
-    ] {
+    // Each form, through each variable, with the right password and a wrong one.
+    let forms: [(&str, &dyn Fn(&str) -> String); 2] =
+        [("user information", &userinfo), ("?password=", &query)];
+    let mut cases = Vec::new();
+    for (form, url) in forms {
+        for (password, ok) in [(PG_PASSWORD, true), (bad, false)] {
+            let sqlalchemy = url(password);
+            cases.push((
+                format!("SQLAlchemy, {form}"),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                sqlalchemy.clone(),
+                ok,
+            ));
+            cases.push((
+                format!("Overseer, {form}"),
+                "OVERSEER_DATABASE__URL",
+                native(sqlalchemy),
+                ok,
+            ));
+        }
+    }
+    for (what, var, url, ok) in cases {
+        let what = what.as_str();
         let dir = workdir();
         let done = run(overseer(dir.path()).env(var, &url).args(["migrate", "up"]));
         let output = format!("{}\n{}", done.stdout, done.stderr);
