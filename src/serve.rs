@@ -100,10 +100,20 @@ pub fn settings(config: &Config) -> Settings {
     }
 }
 
-/// One configured executor, with the check its kind gets: Celery's checks its
-/// broker (the broker, without credentials, is its instance); any other
-/// executor has no check yet and reports `unknown`.
+/// One configured executor, with its check: `check_command` or `check_url` when
+/// the entry has one (any kind but Celery; the program, or the URL without its
+/// query, is the instance); else Celery's checks its broker (the broker, without
+/// credentials, is its instance); any other executor has no check and reports
+/// `unknown`.
 pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
+    if let Some(argv) = &config.check_command {
+        return overseer_checks::command::executor(&config.name, argv, poll_timeout)
+            .with_context(|| format!("executor {}: check_command", config.name));
+    }
+    if let Some(url) = &config.check_url {
+        return overseer_checks::http::executor(&config.name, url, poll_timeout)
+            .with_context(|| format!("executor {}: check_url", config.name));
+    }
     match (config.parsed_name().kind(), &config.broker_url) {
         (ExecutorKind::Celery, Some(broker)) => overseer_celery::executor(
             &config.name,

@@ -109,7 +109,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, check_command, check_url)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -165,6 +165,79 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             ),
             env: &[],
             line: "error: invalid configuration: thresholds.executor (from overseer.toml): 20s is shorter than 21s (supervisor.heartbeat_interval 10s times 2.1): this host's own executor rows would count as dead between heartbeats",
+        },
+        Case {
+            what: "a check command on a Celery executor",
+            toml: Some(
+                "[[executors]]\nname = \"fast:CeleryExecutor\"\nbroker_url = \"redis://:hunter2@localhost:6379/0\"\ncheck_command = [\"/usr/local/bin/probe\"]\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].check_command (from overseer.toml): does not apply to fast:CeleryExecutor: a Celery executor is checked through its broker",
+        },
+        Case {
+            what: "a check URL on a Celery executor named by Airflow",
+            toml: None,
+            env: &[
+                (
+                    "OVERSEER_EXECUTORS",
+                    r#"[{name = "CeleryExecutor", check_url = "http://probe:8080/health"}]"#,
+                ),
+                ("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor"),
+                (
+                    "AIRFLOW__CELERY__BROKER_URL",
+                    "redis://:hunter2@localhost:6379/0",
+                ),
+            ],
+            line: "error: invalid configuration: executors[0].check_url (from environment variable OVERSEER_EXECUTORS): does not apply to CeleryExecutor: a Celery executor is checked through its broker",
+        },
+        Case {
+            what: "both a check command and a check URL",
+            toml: None,
+            env: &[(
+                "OVERSEER_EXECUTORS",
+                r#"[{name = "KubernetesExecutor", check_command = ["/usr/local/bin/probe"], check_url = "http://probe:8080/health"}]"#,
+            )],
+            line: "error: invalid configuration: executors[0].check_url (from environment variable OVERSEER_EXECUTORS): cannot be set beside check_command: an executor has one check",
+        },
+        Case {
+            what: "an empty check command",
+            toml: Some("[[executors]]\nname = \"LocalExecutor\"\ncheck_command = []\n"),
+            env: &[],
+            line: "error: invalid configuration: executors[0].check_command (from overseer.toml): names no program: give the program, then each argument, as in [\"/usr/local/bin/probe\", \"--fast\"]",
+        },
+        Case {
+            what: "a whole command line as one string, its token not shown",
+            toml: Some(
+                "[[executors]]\nname = \"my.company.MyExecutor\"\ncheck_command = [\"/usr/local/bin/probe --token hunter2\"]\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].check_command (from overseer.toml): the program has a space in its name and no such file exists: no shell splits it, so give the program and each argument as separate elements, as in [\"/usr/local/bin/probe\", \"--fast\"]",
+        },
+        Case {
+            what: "a check URL that is not HTTP, its password not shown",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\ncheck_url = \"ftp://ops:hunter2@probe/health\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].check_url (from overseer.toml): must be an http:// or https:// URL, not ftp://",
+        },
+        Case {
+            what: "a check URL that is no URL, its token not shown",
+            toml: None,
+            env: &[(
+                "OVERSEER_EXECUTORS",
+                r#"[{name = "LocalExecutor", check_url = "probe/health?token=hunter2"}]"#,
+            )],
+            line: "error: invalid configuration: executors[0].check_url (from environment variable OVERSEER_EXECUTORS): is not a URL: relative URL without a base",
+        },
+        Case {
+            what: "a check URL carried through Airflow's executor list names the file it came from",
+            toml: Some("[[executors]]\nname = \"KubernetesExecutor\"\ncheck_url = \"http://\"\n"),
+            env: &[(
+                "AIRFLOW__CORE__EXECUTOR",
+                "LocalExecutor,KubernetesExecutor",
+            )],
+            line: "error: invalid configuration: executors[1].check_url (from overseer.toml): is not a URL: empty host",
         },
         Case {
             what: "no room for a single stream client",
@@ -493,6 +566,86 @@ fn airflows_broker_alone_updates_the_configured_celery_executors() {
         Some("redis://new:6379/1")
     );
     assert!(executors[1].get("broker_url").is_none());
+}
+
+/// `check_command` and `check_url`, from `overseer.toml` or `OVERSEER_EXECUTORS`,
+/// survive Airflow's executor list naming their executors, and are shown
+/// without their credentials.
+#[test]
+fn check_commands_and_urls_survive_airflows_layer_and_show_no_secret() {
+    let toml = r#"
+[[executors]]
+name = "KubernetesExecutor"
+check_url = "http://ops:hunter2@probe:8080/health?token=s3cret"
+
+[[executors]]
+name = "team:my.company.BatchExecutor"
+check_command = ["/usr/local/bin/probe", "--broker", "redis://:hunter2@b:6379/0", "--token", "s3cret"]
+"#;
+    let env = r#"[{name = "KubernetesExecutor", check_url = "http://ops:hunter2@probe:8080/health?token=s3cret"},
+                  {name = "team:my.company.BatchExecutor", check_command = ["/usr/local/bin/probe", "--broker", "redis://:hunter2@b:6379/0", "--token", "s3cret"]}]"#;
+    for from_file in [true, false] {
+        let dir = workdir();
+        let mut command = overseer(dir.path());
+        if from_file {
+            std::fs::write(dir.path().join("overseer.toml"), toml).unwrap();
+        } else {
+            command.env("OVERSEER_EXECUTORS", env);
+        }
+        command
+            .env(
+                "AIRFLOW__CORE__EXECUTOR",
+                "CeleryExecutor,KubernetesExecutor,team:my.company.BatchExecutor",
+            )
+            .env("AIRFLOW__CELERY__BROKER_URL", "redis://broker:6379/0")
+            .arg("config");
+        let out = run(&mut command);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert!(
+            !out.stdout.contains("hunter2") && !out.stdout.contains("s3cret"),
+            "{}",
+            out.stdout
+        );
+        let config: toml::Table = out.stdout.parse().unwrap();
+        let executors = config["executors"].as_array().unwrap();
+        let names: Vec<_> = executors
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "CeleryExecutor",
+                "KubernetesExecutor",
+                "team:my.company.BatchExecutor"
+            ]
+        );
+        assert_eq!(
+            executors[1]["check_url"].as_str(),
+            Some("http://ops:***@probe:8080/health?token=***"),
+            "from_file {from_file}"
+        );
+        assert!(executors[1].get("broker_url").is_none());
+        let argv: Vec<_> = executors[2]["check_command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            argv,
+            [
+                "/usr/local/bin/probe",
+                "--broker",
+                "redis://:***@b:6379/0",
+                "--token",
+                "***"
+            ],
+            "from_file {from_file}"
+        );
+        assert!(executors[0].get("check_command").is_none());
+        assert!(executors[0].get("check_url").is_none());
+    }
 }
 
 /// The Jobs table's `executor_class` holds 500 characters: a longer name is bad

@@ -402,10 +402,10 @@ fn a_database_password_reaches_postgres_by_every_path() {
     };
     let bad = "Pg s3cr@t:#/y";
     // Each form, through each variable, with the right password and a wrong one.
-    let forms: [(&str, &dyn Fn(&str) -> String); 2] =
-        [("user information", &userinfo), ("?password=", &query)];
+    let userinfo: &dyn Fn(&str) -> String = &userinfo;
+    let query: &dyn Fn(&str) -> String = &query;
     let mut cases = Vec::new();
-    for (form, url) in forms {
+    for (form, url) in [("user information", userinfo), ("?password=", query)] {
         for (password, ok) in [(PG_PASSWORD, true), (bad, false)] {
             let sqlalchemy = url(password);
             cases.push((

@@ -325,6 +325,66 @@ mod tests {
         assert!(sqlalchemy_to_sea_orm("airflow.db").is_err());
     }
 
+    /// `check_command` and `check_url` are never Airflow's: an executor Airflow
+    /// names keeps them from the layer that set them, as the text it was read
+    /// from, whether Airflow lists the executors or only sets the broker.
+    #[test]
+    fn an_executor_airflow_names_keeps_its_check_from_an_earlier_layer() {
+        let entry = |name: &str, key: &str, value: Value| {
+            Dict::from([
+                ("name".to_owned(), Value::from(name)),
+                (key.to_owned(), value),
+            ])
+        };
+        let url = "http://ops:hunter2@probe:8080/health?token=s3cret";
+        let argv = vec!["/usr/local/bin/probe".to_owned(), "--fast".to_owned()];
+        let earlier = [
+            entry("KubernetesExecutor", "check_url", Value::from(url)),
+            entry(
+                "team:my.company.BatchExecutor",
+                "check_command",
+                Value::from(argv.clone()),
+            ),
+        ];
+        for list in [
+            Some("CeleryExecutor, KubernetesExecutor,team:my.company.BatchExecutor"),
+            None,
+        ] {
+            let env = AirflowEnv::read(
+                |var| match var {
+                    EXECUTOR => list.map(str::to_owned),
+                    BROKER_URL => Some("redis://broker:6379/0".to_owned()),
+                    _ => None,
+                },
+                &earlier,
+            )
+            .unwrap();
+            let Some(Value::Array(_, executors)) = env.values.get("executors") else {
+                panic!("Airflow's layer sets the executors: {:?}", env.values);
+            };
+            let field = |name: &str, key: &str| {
+                executors
+                    .iter()
+                    .filter_map(Value::as_dict)
+                    .find(|e| name_of(e) == Some(name))
+                    .and_then(|e| e.get(key).cloned())
+            };
+            assert_eq!(
+                field("KubernetesExecutor", "check_url").and_then(|v| v.into_string()),
+                Some(url.to_owned()),
+                "{list:?}"
+            );
+            assert_eq!(
+                field("team:my.company.BatchExecutor", "check_command")
+                    .and_then(|v| v.deserialize::<Vec<String>>().ok()),
+                Some(argv.clone()),
+                "{list:?}"
+            );
+            // Airflow's broker goes to Celery executors only.
+            assert_eq!(field("KubernetesExecutor", "broker_url"), None, "{list:?}");
+        }
+    }
+
     #[test]
     fn thresholds_are_seconds() {
         assert_eq!(parse_seconds("30").unwrap(), Duration::from_secs(30));

@@ -70,13 +70,18 @@ impl Config {
     /// A scrubber that knows every credential of this configuration: for log
     /// lines and errors, whatever quotes them.
     pub fn scrubber(&self) -> Scrubber {
-        self.executors
+        let urls = self
+            .executors
             .iter()
-            .filter_map(|e| e.broker_url.as_ref())
+            .flat_map(|e| e.broker_url.iter().chain(&e.check_url))
             .fold(
                 Scrubber::default().with_url(&self.database.url),
                 Scrubber::with_url,
-            )
+            );
+        self.executors
+            .iter()
+            .filter_map(|e| e.check_command.as_deref())
+            .fold(urls, overseer_checks::command::scrubbing_credentials)
     }
 
     /// The liveness thresholds in force, for the report and `jobs check`.
@@ -186,6 +191,34 @@ pub struct ExecutorConfig {
     /// Celery only: fewer workers answering the ping makes the verdict unhealthy.
     #[serde(default)]
     pub min_workers: u32,
+    /// Any executor but Celery: a program and its arguments, run at each poll
+    /// without a shell ([`overseer_checks::command`]): exit 0 is healthy, 1
+    /// unhealthy, anything else unknown. Shown with credential options' values
+    /// (`--token s3cret`) and URL passwords masked; the instance is the program alone.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "scrubbed_command"
+    )]
+    pub check_command: Option<Vec<String>>,
+    /// Any executor but Celery: a URL asked with `GET` at each poll
+    /// ([`overseer_checks::http`]): 2xx is healthy. It may carry a token, so it
+    /// is shown redacted; the instance is the URL without its query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_url: Option<SecretUrl>,
+}
+
+/// `check_command` as `overseer config` shows it: the value of an option that
+/// names a credential (`--token s3cret`) and any URL's password masked
+/// ([`overseer_checks::command::redacted_argv`]).
+fn scrubbed_command<S: serde::Serializer>(
+    command: &Option<Vec<String>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    command
+        .as_deref()
+        .map(overseer_checks::command::redacted_argv)
+        .serialize(serializer)
 }
 
 impl ExecutorConfig {
@@ -197,6 +230,8 @@ impl ExecutorConfig {
             queues: default_queues(),
             worker_ping: false,
             min_workers: 0,
+            check_command: None,
+            check_url: None,
         }
     }
 

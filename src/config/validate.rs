@@ -1,5 +1,6 @@
 //! The checks serde cannot make: ranges, relations between keys, executor names,
-//! URLs a driver could connect to.
+//! URLs a driver could connect to, health-check commands and URLs that can be
+//! run and asked.
 //!
 //! Each check looks at one section (or, for durations, one rule across sections)
 //! and answers the first problem it finds; [`validate`] runs them in a fixed order,
@@ -8,10 +9,11 @@
 use std::time::Duration;
 
 use figment::Figment;
+use figment::value::Value;
 use overseer_core::Thresholds;
 
 use super::executor::{ExecutorKind, ExecutorName};
-use super::layers::origin_of;
+use super::layers::{describe, origin_of};
 use super::{
     ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
     SupervisorConfig, duration,
@@ -37,12 +39,39 @@ pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigE
         executor(entry, &config.executors[..index]).map_err(|(field, problem)| {
             ConfigError::new(
                 format!("executors[{index}].{field}"),
-                origin_of(figment, &format!("executors.{index}.{field}")),
+                executor_origin(figment, index, field),
                 problem,
             )
         })?;
     }
     Ok(())
+}
+
+/// Where `executors[index].field` came from.
+///
+/// figment's own lookup stops at the array, so every field would be said to
+/// come from whoever wrote the array last: Airflow's executor list, when it
+/// names the executor. The keys Airflow never writes (`check_command`,
+/// `check_url`) are carried from an earlier layer with their values' own tags,
+/// so for those the value itself says where it was written (`overseer.toml`,
+/// `OVERSEER_EXECUTORS`).
+fn executor_origin(figment: &Figment, index: usize, field: &str) -> String {
+    let path = format!("executors.{index}.{field}");
+    if !matches!(field, "check_command" | "check_url") {
+        return origin_of(figment, &path);
+    }
+    let value = match figment.find_value("executors") {
+        Ok(Value::Array(_, entries)) => entries
+            .into_iter()
+            .nth(index)
+            .and_then(Value::into_dict)
+            .and_then(|mut entry| entry.remove(field)),
+        _ => None,
+    };
+    match value.and_then(|v| figment.get_metadata(v.tag())) {
+        Some(metadata) => describe(metadata, &["executors", &index.to_string(), field]),
+        None => origin_of(figment, &path),
+    }
 }
 
 /// `[database]`: a URL sea-orm can connect to.
@@ -181,6 +210,7 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
             format!("executor {:?} is configured twice", executor.name),
         ));
     }
+    checks(executor, name.kind())?;
     match (name.kind(), &executor.broker_url) {
         (ExecutorKind::Celery, None) => {
             return Err((
@@ -213,6 +243,41 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
                 executor.min_workers
             ),
         ));
+    }
+    Ok(())
+}
+
+/// `check_command` and `check_url`: one of them at most, on any executor but
+/// Celery's (checked through its broker), each in a form that can be run or asked.
+fn checks(executor: &ExecutorConfig, kind: ExecutorKind) -> Result<(), Problem> {
+    let set = [
+        ("check_command", executor.check_command.is_some()),
+        ("check_url", executor.check_url.is_some()),
+    ];
+    if kind == ExecutorKind::Celery
+        && let Some((key, _)) = set.iter().find(|(_, is_set)| *is_set)
+    {
+        return Err((
+            *key,
+            format!(
+                "does not apply to {}: a Celery executor is checked through its broker",
+                executor.name
+            ),
+        ));
+    }
+    if set.iter().all(|(_, is_set)| *is_set) {
+        return Err((
+            "check_url",
+            "cannot be set beside check_command: an executor has one check".into(),
+        ));
+    }
+    if let Some(argv) = &executor.check_command {
+        overseer_checks::command::check_argv(argv)
+            .map_err(|problem| ("check_command", problem.to_string()))?;
+    }
+    if let Some(url) = &executor.check_url {
+        overseer_checks::http::parse_url(url)
+            .map_err(|problem| ("check_url", problem.to_string()))?;
     }
     Ok(())
 }

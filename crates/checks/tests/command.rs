@@ -1,0 +1,375 @@
+//! The command check against real programs: shell scripts written by each test,
+//! run as Overseer runs them. What is left behind is read from `/proc`: a probe
+//! that hangs is killed with its children and reaped, whether the check answers
+//! or is dropped, and never leaves a zombie.
+
+#![cfg(target_os = "linux")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use overseer_checks::CommandCheck;
+use overseer_core::{ExecutorHealth, HealthCheck};
+
+/// The poll timeout of most tests: the check gives itself 90 % of it.
+const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the kernel may take to deliver a SIGKILL and the orphan reaper to
+/// run, before a test calls a process left behind.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Writes an executable `#!/bin/sh` script and returns its path.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn argv(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+async fn verdict(argv: &[String], poll_timeout: Duration) -> ExecutorHealth {
+    CommandCheck::new(argv, poll_timeout)
+        .unwrap()
+        .get_health()
+        .await
+}
+
+async fn run_script(body: &str) -> ExecutorHealth {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(dir.path(), "probe", body);
+    verdict(&argv(&[path.to_str().unwrap()]), POLL_TIMEOUT).await
+}
+
+/// A `sleep` duration no other process on the machine uses, to find it in `/proc`.
+fn marker() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}.{}",
+        7000 + NEXT.fetch_add(1, Ordering::Relaxed),
+        std::process::id()
+    )
+}
+
+/// One process of `/proc`: its pid, state and parent, and its command line.
+struct Process {
+    pid: u32,
+    state: char,
+    ppid: u32,
+    cmdline: String,
+}
+
+fn processes() -> Vec<Process> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = after.split_whitespace();
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(entry.path().join("cmdline"))
+            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+            .unwrap_or_default();
+        found.push(Process {
+            pid,
+            state,
+            ppid,
+            cmdline,
+        });
+    }
+    found
+}
+
+/// Our own children that are zombies: exited, never reaped.
+fn our_zombies() -> Vec<u32> {
+    let me = std::process::id();
+    processes()
+        .into_iter()
+        .filter(|p| p.ppid == me && p.state == 'Z')
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Processes still running whose command line holds `marker` (a zombie has an
+/// empty command line, and is counted by [`our_zombies`] when it is ours).
+fn alive_with(marker: &str) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.state != 'Z' && p.state != 'X' && p.cmdline.contains(marker))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Waits (letting the runtime's drivers run) until nothing with `marker` runs
+/// and no child of ours is a zombie; fails with what is left after [`SETTLE`].
+async fn assert_nothing_left(marker: &str) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let (alive, zombies) = (alive_with(marker), our_zombies());
+        if alive.is_empty() && zombies.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: running {alive:?}, zombies {zombies:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn exit_0_is_healthy() {
+    assert_eq!(
+        run_script("echo all good\nexit 0").await,
+        ExecutorHealth::Healthy
+    );
+}
+
+#[tokio::test]
+async fn exit_1_is_unhealthy_with_the_first_line_of_output() {
+    assert_eq!(
+        run_script("echo\necho '   '\necho '  queue default is stuck  '\necho second line\nexit 1")
+            .await,
+        ExecutorHealth::unhealthy("queue default is stuck")
+    );
+    // Nothing on standard output: standard error's first line.
+    assert_eq!(
+        run_script("echo 'cannot reach the API' >&2\nexit 1").await,
+        ExecutorHealth::unhealthy("cannot reach the API")
+    );
+    // Standard output wins over standard error.
+    assert_eq!(
+        run_script("echo warning >&2\necho 'the real reason'\nexit 1").await,
+        ExecutorHealth::unhealthy("the real reason")
+    );
+}
+
+#[tokio::test]
+async fn exit_1_in_silence_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(dir.path(), "quiet", "exit 1");
+    let program = path.to_str().unwrap();
+    assert_eq!(
+        verdict(&argv(&[program]), POLL_TIMEOUT).await,
+        ExecutorHealth::unhealthy(format!(
+            "check command {program} exited with 1 and printed nothing"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn any_other_exit_is_unknown() {
+    for code in [2, 3, 42, 127, 255] {
+        assert_eq!(
+            run_script(&format!("echo 'not sure'\nexit {code}")).await,
+            ExecutorHealth::Unknown,
+            "exit {code}"
+        );
+    }
+    // Ended by a signal it was not sent by the check.
+    assert_eq!(run_script("kill -KILL $$").await, ExecutorHealth::Unknown);
+}
+
+#[tokio::test]
+async fn the_reason_is_one_bounded_line_without_credentials() {
+    let health =
+        run_script("printf 'broker redis://:hunter2@broker:6379/0 refused\\033[0m\\n'\nexit 1")
+            .await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy("broker redis://:***@broker:6379/0 refused [0m")
+    );
+    let ExecutorHealth::Unhealthy { reason } =
+        run_script("head -c 100000 /dev/zero | tr '\\0' x\nexit 1").await
+    else {
+        panic!("exit 1 is unhealthy");
+    };
+    assert!(reason.chars().count() <= 241, "{}", reason.len());
+    assert!(
+        reason.starts_with("xxxx") && reason.ends_with('…'),
+        "{reason}"
+    );
+}
+
+/// A probe that prints the token it was given: the reason masks it.
+#[tokio::test]
+async fn a_token_given_as_an_argument_is_masked_in_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(dir.path(), "echoes", "echo \"token $2 rejected\"\nexit 1");
+    assert_eq!(
+        verdict(
+            &argv(&[path.to_str().unwrap(), "--token", "s3cret-value"]),
+            POLL_TIMEOUT
+        )
+        .await,
+        ExecutorHealth::unhealthy("token *** rejected")
+    );
+}
+
+/// A probe that prints far more than the check keeps is read to its end (it
+/// never blocks on a full pipe) and answers at once.
+#[tokio::test]
+async fn a_probe_that_prints_megabytes_is_not_blocked() {
+    let started = Instant::now();
+    assert_eq!(
+        run_script("echo first\nhead -c 4000000 /dev/zero\nhead -c 4000000 /dev/zero >&2\nexit 1")
+            .await,
+        ExecutorHealth::unhealthy("first")
+    );
+    assert!(started.elapsed() < POLL_TIMEOUT, "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn arguments_reach_the_program_as_written_with_no_shell_between() {
+    // `$HOME`, `*` and `;` would each mean something to a shell.
+    let health = verdict(
+        &argv(&[
+            "sh",
+            "-c",
+            "echo \"$1|$2|$3\"; exit 1",
+            "sh",
+            "$HOME",
+            "*",
+            "; exit 0",
+        ]),
+        POLL_TIMEOUT,
+    )
+    .await;
+    assert_eq!(health, ExecutorHealth::unhealthy("$HOME|*|; exit 0"));
+    // Standard input is empty: a probe that reads it does not wait.
+    assert_eq!(
+        run_script("read line || exit 0\nexit 1").await,
+        ExecutorHealth::Healthy
+    );
+}
+
+#[tokio::test]
+async fn a_program_that_does_not_exist_is_unhealthy_and_says_not_found() {
+    assert_eq!(
+        verdict(
+            &argv(&["/nonexistent/overseer/probe", "--fast"]),
+            POLL_TIMEOUT
+        )
+        .await,
+        ExecutorHealth::unhealthy("check command /nonexistent/overseer/probe: not found")
+    );
+    assert_eq!(
+        verdict(&argv(&["overseer-no-such-probe-in-path"]), POLL_TIMEOUT).await,
+        ExecutorHealth::unhealthy("check command overseer-no-such-probe-in-path: not found")
+    );
+    // A script whose interpreter is missing.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orphan");
+    std::fs::write(&path, "#!/nonexistent/interpreter\nexit 0\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = path.to_str().unwrap();
+    assert_eq!(
+        verdict(&argv(&[program]), POLL_TIMEOUT).await,
+        ExecutorHealth::unhealthy(format!(
+            "check command {program}: not found: its interpreter (the #! line) is missing"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_be_run_is_unhealthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-executable");
+    std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let program = path.to_str().unwrap();
+    let health = verdict(&argv(&[program]), POLL_TIMEOUT).await;
+    // root may execute nothing without an x bit either: the kernel refuses.
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!("check command {program}: permission denied"))
+    );
+}
+
+/// A probe that hangs is killed at the check's deadline, inside the poll
+/// timeout, with the process it started; it is reaped before the check answers.
+#[tokio::test]
+async fn a_command_that_hangs_is_killed_with_its_children_and_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = marker();
+    // `sh` forks `sleep` (a command follows it, so it is not exec'd): two processes.
+    let path = script(dir.path(), "hangs", &format!("sleep {marker}\necho never"));
+    let program = path.to_str().unwrap();
+    let poll_timeout = Duration::from_millis(1000);
+
+    for _ in 0..3 {
+        let started = Instant::now();
+        let health = verdict(&argv(&[program]), poll_timeout).await;
+        let took = started.elapsed();
+        assert_eq!(
+            health,
+            ExecutorHealth::unhealthy(format!("check command {program} timed out after 900ms"))
+        );
+        assert!(
+            took >= Duration::from_millis(900) && took < poll_timeout,
+            "answered after {took:?}"
+        );
+        // The script was reaped before the answer: no zombie of ours, at once.
+        assert_eq!(our_zombies(), Vec::<u32>::new());
+        // Its `sleep` was killed too (its new parent reaps it).
+        assert_nothing_left(&marker).await;
+    }
+}
+
+/// While a probe hangs, it is one process; the check's own deadline ends it.
+#[tokio::test]
+async fn a_hanging_probe_is_one_process_until_its_deadline() {
+    let marker = marker();
+    let check = CommandCheck::new(&argv(&["sleep", &marker]), Duration::from_millis(1000)).unwrap();
+    let running = tokio::spawn(async move { check.get_health().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(alive_with(&marker).len(), 1);
+    assert!(matches!(
+        running.await.unwrap(),
+        ExecutorHealth::Unhealthy { reason } if reason.ends_with("timed out after 900ms")
+    ));
+    assert_nothing_left(&marker).await;
+}
+
+/// The check's future dropped mid-run (the runtime shutting down, say): the
+/// probe and its children are killed, and tokio's orphan reaper reaps the probe.
+#[tokio::test]
+async fn a_check_dropped_mid_run_leaves_no_process_and_no_zombie() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = marker();
+    let path = script(dir.path(), "hangs", &format!("sleep {marker}\necho never"));
+    for program in [argv(&["sleep", &marker]), argv(&[path.to_str().unwrap()])] {
+        let check = CommandCheck::new(&program, Duration::from_secs(60)).unwrap();
+        let dropped = tokio::time::timeout(Duration::from_millis(300), check.get_health()).await;
+        assert!(dropped.is_err(), "the probe was still running");
+        assert_nothing_left(&marker).await;
+    }
+}
+
+/// A probe that exits but leaves a process holding its output answers within
+/// a moment of its exit, and what it left is killed.
+#[tokio::test]
+async fn a_probe_that_leaves_a_process_behind_answers_at_once() {
+    let marker = marker();
+    let started = Instant::now();
+    let health = run_script(&format!("sleep {marker} &\necho 'left one behind'\nexit 1")).await;
+    assert_eq!(health, ExecutorHealth::unhealthy("left one behind"));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_nothing_left(&marker).await;
+}
