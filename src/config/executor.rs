@@ -24,7 +24,8 @@ pub struct ExecutorName {
 pub enum ExecutorKind {
     /// `CeleryExecutor`: the broker is the instance, and it is checked.
     Celery,
-    /// Any other executor: no check yet, so its verdict stays `unknown`.
+    /// Any other executor: checked by its `check_command` or `check_url` when it
+    /// has one, else its verdict stays `unknown`.
     Unchecked,
 }
 
