@@ -48,6 +48,10 @@ pub enum Command {
         /// Print the JSON as the service gives it, instead of a table.
         #[arg(long)]
         json: bool,
+        /// For an https:// URL: the CA certificate (PEM) to trust instead of the
+        /// system's roots.
+        #[arg(long, value_name = "PATH")]
+        cacert: Option<std::path::PathBuf>,
     },
     /// Inspect the Jobs table directly, as `airflow jobs` does.
     Jobs {

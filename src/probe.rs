@@ -1,5 +1,7 @@
 //! `overseer health` and `overseer jobs check`: answers for probes and people.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -26,20 +28,29 @@ pub enum Outcome {
 }
 
 /// The base URL `overseer health` asks by default: the configured bind address,
-/// on loopback when it binds every interface.
+/// on loopback when it binds every interface; `https://` when the API serves TLS.
 pub fn default_url(config: &Config) -> String {
     let mut bind = config.api.bind;
     if bind.ip().is_unspecified() {
         bind.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    format!("http://{bind}")
+    let scheme = if config.api.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    format!("{scheme}://{bind}")
 }
 
 /// `overseer health`: prints the report (a table, or the JSON) and says whether
 /// anything is unhealthy.
-pub fn health(url: &str, json: bool) -> anyhow::Result<Outcome> {
+///
+/// An `https://` URL is verified against the system's roots, or only `cacert` (a
+/// PEM bundle) when given, host name included.
+pub fn health(url: &str, json: bool, cacert: Option<&Path>) -> anyhow::Result<Outcome> {
     let endpoint = format!("{}/api/v2/monitor/health", url.trim_end_matches('/'));
-    let body = match ureq::get(&endpoint).timeout(HEALTH_TIMEOUT).call() {
+    let agent = agent(cacert)?;
+    let body = match agent.get(&endpoint).timeout(HEALTH_TIMEOUT).call() {
         Ok(response) => response.into_string(),
         Err(ureq::Error::Status(503, response)) => response.into_string(),
         Err(ureq::Error::Status(status, _)) => {
@@ -71,6 +82,32 @@ pub fn health(url: &str, json: bool) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Healthy
     })
+}
+
+/// The HTTP client: rustls with the system's roots, or with only `cacert`'s.
+fn agent(cacert: Option<&Path>) -> anyhow::Result<ureq::Agent> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let Some(cacert) = cacert else {
+        return Ok(ureq::AgentBuilder::new().build());
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(cacert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| anyhow!("--cacert {}: {e}", cacert.display()))?;
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(anyhow!(
+            "--cacert {}: holds no PEM certificate",
+            cacert.display()
+        ));
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(ureq::AgentBuilder::new()
+        .tls_config(Arc::new(config))
+        .build())
 }
 
 /// The report as a table for people.

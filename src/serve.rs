@@ -59,7 +59,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (stopping, stopping_rx) = watch::channel(false);
     let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
     let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients);
-    let server = overseer_api::server(state, listener, limits.max_connections)
+    let tls = tls_config(&config.api)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let server = overseer_api::server(state, listener, limits.max_connections, tls)
         .context("while starting the HTTP server")?;
     let http = server.handle();
     let serving = tokio::spawn(server);
@@ -67,7 +69,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         database = %url,
         hostname = %config.supervisor.hostname,
         executors = config.executors.len(),
-        "overseer is running, listening on http://{address}"
+        "overseer is running, listening on {scheme}://{address}"
     );
 
     shutdown.await;
@@ -115,15 +117,18 @@ pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Resu
             .with_context(|| format!("executor {}: check_url", config.name));
     }
     match (config.parsed_name().kind(), &config.broker_url) {
-        (ExecutorKind::Celery, Some(broker)) => overseer_celery::executor(
-            &config.name,
-            broker,
-            &config.queues,
-            config.worker_ping,
-            config.min_workers,
-            poll_timeout,
-        )
-        .with_context(|| format!("executor {}: broker_url", config.name)),
+        (ExecutorKind::Celery, Some(broker)) => {
+            let settings = overseer_celery::CheckSettings {
+                queues: config.queues.clone(),
+                worker_ping: config.worker_ping,
+                min_workers: config.min_workers,
+                poll_timeout,
+                broker_use_ssl: config.broker_use_ssl(),
+                ..overseer_celery::CheckSettings::default()
+            };
+            overseer_celery::executor_with(&config.name, broker, settings)
+                .with_context(|| format!("executor {}: broker_url", config.name))
+        }
         _ => Ok(Executor::unchecked(config.name.clone())),
     }
 }
@@ -165,4 +170,31 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// The API's TLS configuration from `[api] tls_cert` and `tls_key` (PEM files: the
+/// certificate chain, then its private key), or `None` when neither is set.
+/// Loading the configuration checks the same (see `config::validate`), so a bad
+/// file stops start-up there, with the key that names it.
+pub fn tls_config(api: &crate::config::ApiConfig) -> anyhow::Result<Option<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) else {
+        return Ok(None);
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| anyhow::anyhow!("api.tls_cert {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("api.tls_cert {}: holds no PEM certificate", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("api.tls_key {}: {e}", key.display()))?;
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| {
+            anyhow::anyhow!("api.tls_cert and api.tls_key do not make a TLS server: {e}")
+        })?;
+    Ok(Some(config))
 }

@@ -109,7 +109,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, check_command, check_url)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -189,6 +189,47 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 ),
             ],
             line: "error: invalid configuration: executors[0].check_url (from environment variable OVERSEER_EXECUTORS): does not apply to CeleryExecutor: a Celery executor is checked through its broker",
+        },
+        Case {
+            what: "Airflow's ssl_active that is not a boolean",
+            toml: None,
+            env: &[
+                ("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor"),
+                ("AIRFLOW__CELERY__SSL_ACTIVE", "maybe"),
+            ],
+            line: "error: invalid configuration: executors[].ssl_active (from environment variable AIRFLOW__CELERY__SSL_ACTIVE): \"maybe\" is not a boolean (Airflow accepts true, false, t, f, 1, 0)",
+        },
+        Case {
+            what: "Airflow's ssl_active with a broker Airflow cannot give TLS to",
+            toml: None,
+            env: &[
+                ("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor"),
+                ("AIRFLOW__CELERY__BROKER_URL", "sqs://AKIA:hunter2@"),
+                ("AIRFLOW__CELERY__SSL_ACTIVE", "True"),
+            ],
+            line: "error: invalid configuration: executors[0].ssl_active (from environment variable AIRFLOW__CELERY__SSL_ACTIVE): is true, but the broker is neither RabbitMQ (amqp://) nor Redis (redis://, rediss://, sentinel://): Airflow refuses ssl_active for any other broker",
+        },
+        Case {
+            what: "a TLS setting on an executor that is not Celery's",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\nssl_cacert = \"/etc/ssl/ca.pem\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].ssl_cacert (from overseer.toml): applies only to CeleryExecutor, not to LocalExecutor",
+        },
+        Case {
+            what: "a TLS certificate for the API without its key",
+            toml: Some("[api]\ntls_cert = \"/etc/overseer/api.pem\"\n"),
+            env: &[],
+            line: "error: invalid configuration: api.tls_cert (from overseer.toml): is set without api.tls_key (the certificate's private key)",
+        },
+        Case {
+            what: "a TLS certificate for the API that does not exist",
+            toml: Some(
+                "[api]\ntls_cert = \"/nonexistent/api.pem\"\ntls_key = \"/nonexistent/api-key.pem\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: api.tls_cert (from overseer.toml): cannot read /nonexistent/api.pem: No such file or directory (os error 2)",
         },
         Case {
             what: "both a check command and a check URL",
@@ -566,6 +607,40 @@ fn airflows_broker_alone_updates_the_configured_celery_executors() {
         Some("redis://new:6379/1")
     );
     assert!(executors[1].get("broker_url").is_none());
+}
+
+#[test]
+fn airflows_ssl_settings_reach_the_celery_executors_as_their_keys() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://:hunter2@broker:6379/0\"\nssl_cacert = \"/old/ca.pem\"\n\n[[executors]]\nname = \"LocalExecutor\"\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .arg("config")
+        .env("AIRFLOW__CELERY__SSL_ACTIVE", "t")
+        .env("AIRFLOW__CELERY__SSL_CERT", "/etc/airflow/client.pem")
+        .env("AIRFLOW__CELERY__SSL_KEY", "/etc/airflow/client-key.pem")
+        .env("AIRFLOW__CELERY__SSL_CACERT", "/etc/airflow/ca.pem"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    let executors = config["executors"].as_array().unwrap();
+    let celery = &executors[0];
+    assert_eq!(celery["ssl_active"].as_bool(), Some(true));
+    assert_eq!(celery["ssl_cert"].as_str(), Some("/etc/airflow/client.pem"));
+    assert_eq!(
+        celery["ssl_key"].as_str(),
+        Some("/etc/airflow/client-key.pem")
+    );
+    assert_eq!(celery["ssl_cacert"].as_str(), Some("/etc/airflow/ca.pem"));
+    for key in ["ssl_active", "ssl_cert", "ssl_key", "ssl_cacert"] {
+        assert!(executors[1].get(key).is_none(), "{key} on LocalExecutor");
+    }
+    // Off unless asked for, and then not shown.
+    let config = effective(overseer(dir.path()).env("AIRFLOW__CELERY__SSL_ACTIVE", "False"));
+    assert!(config["executors"][0].get("ssl_active").is_none());
 }
 
 /// `check_command` and `check_url`, from `overseer.toml` or `OVERSEER_EXECUTORS`,

@@ -20,6 +20,21 @@ pub const SQL_ALCHEMY_CONN: &str = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN";
 pub const EXECUTOR: &str = "AIRFLOW__CORE__EXECUTOR";
 /// The Celery broker every Celery executor of the deployment uses.
 pub const BROKER_URL: &str = "AIRFLOW__CELERY__BROKER_URL";
+/// TLS to the Celery broker (`[celery] ssl_active`, a boolean).
+pub const SSL_ACTIVE: &str = "AIRFLOW__CELERY__SSL_ACTIVE";
+/// The client key for TLS to the broker (`[celery] ssl_key`, a PEM file).
+pub const SSL_KEY: &str = "AIRFLOW__CELERY__SSL_KEY";
+/// The client certificate for TLS to the broker (`[celery] ssl_cert`, a PEM file).
+pub const SSL_CERT: &str = "AIRFLOW__CELERY__SSL_CERT";
+/// The CA bundle for TLS to the broker (`[celery] ssl_cacert`, a PEM file).
+pub const SSL_CACERT: &str = "AIRFLOW__CELERY__SSL_CACERT";
+/// Each `[celery] ssl_*` variable and the `[[executors]]` key it sets.
+const SSL_KEYS: [(&str, &str); 4] = [
+    (SSL_ACTIVE, "ssl_active"),
+    (SSL_KEY, "ssl_key"),
+    (SSL_CERT, "ssl_cert"),
+    (SSL_CACERT, "ssl_cacert"),
+];
 /// The queue tasks go to when they name none.
 pub const DEFAULT_QUEUE: &str = "AIRFLOW__OPERATORS__DEFAULT_QUEUE";
 /// Seconds without a heartbeat before Airflow calls its scheduler unhealthy.
@@ -77,21 +92,22 @@ impl AirflowEnv {
             }
         }
 
-        let broker = set(BROKER_URL);
-        let default_queue = set(DEFAULT_QUEUE).map(|q| q.trim().to_owned());
+        let celery = CeleryEnv {
+            broker: set(BROKER_URL),
+            default_queue: set(DEFAULT_QUEUE).map(|q| q.trim().to_owned()),
+            ssl: ssl_settings(&set)?,
+        };
         let executors = match set(EXECUTOR) {
-            Some(list) => Some(executors_from(
-                &list,
-                earlier,
-                broker.as_deref(),
-                default_queue.as_deref(),
-            )?),
-            // No executor list from Airflow: its broker and queue still apply to the
-            // Celery executors configured before.
-            None if broker.is_some() || default_queue.is_some() => {
+            Some(list) => Some(executors_from(&list, earlier, &celery)?),
+            // No executor list from Airflow: its broker, queue and TLS settings still
+            // apply to the Celery executors configured before.
+            None if celery.broker.is_some()
+                || celery.default_queue.is_some()
+                || !celery.ssl.is_empty() =>
+            {
                 let mut executors = earlier.to_vec();
                 for executor in &mut executors {
-                    apply_celery(executor, broker.as_deref(), default_queue.as_deref(), false);
+                    apply_celery(executor, &celery, false);
                 }
                 Some(executors)
             }
@@ -121,13 +137,54 @@ impl AirflowEnv {
     }
 }
 
+/// What Airflow's environment says about its Celery executors.
+struct CeleryEnv {
+    /// `[celery] broker_url`.
+    broker: Option<String>,
+    /// `[operators] default_queue`.
+    default_queue: Option<String>,
+    /// `[celery] ssl_*`, as `[[executors]]` keys and values.
+    ssl: Vec<(&'static str, Value)>,
+}
+
+/// `[celery] ssl_active`, `ssl_key`, `ssl_cert`, `ssl_cacert`, as the keys of an
+/// `[[executors]]` entry; `ssl_active` read as Airflow reads a boolean.
+fn ssl_settings(
+    set: &impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(&'static str, Value)>, ConfigError> {
+    let mut ssl = Vec::new();
+    for (var, key) in SSL_KEYS {
+        let Some(text) = set(var) else { continue };
+        let value = if key == "ssl_active" {
+            Value::from(airflow_bool(&text).map_err(|problem| {
+                ConfigError::new(format!("executors[].{key}"), env_var(var), problem)
+            })?)
+        } else {
+            Value::from(text.trim())
+        };
+        ssl.push((key, value));
+    }
+    Ok(ssl)
+}
+
+/// A boolean as Airflow's `conf.getboolean` reads one.
+fn airflow_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "t" | "true" | "1" => Ok(true),
+        "f" | "false" | "0" => Ok(false),
+        _ => Err(format!(
+            "{:?} is not a boolean (Airflow accepts true, false, t, f, 1, 0)",
+            text.trim()
+        )),
+    }
+}
+
 /// The executors Airflow's list names, each keeping an earlier layer's settings for
 /// the same name.
 fn executors_from(
     list: &str,
     earlier: &[Dict],
-    broker: Option<&str>,
-    default_queue: Option<&str>,
+    celery: &CeleryEnv,
 ) -> Result<Vec<Dict>, ConfigError> {
     let mut executors = Vec::new();
     for (index, entry) in list.split(',').map(str::trim).enumerate() {
@@ -141,7 +198,7 @@ fn executors_from(
             .find(|e| name_of(e) == Some(name.as_str()))
             .cloned()
             .unwrap_or_else(|| Dict::from([("name".to_owned(), Value::from(name.clone()))]));
-        apply_celery(&mut executor, broker, default_queue, true);
+        apply_celery(&mut executor, celery, true);
         executors.push(executor);
     }
     Ok(executors)
@@ -159,12 +216,8 @@ fn name_of(executor: &Dict) -> Option<&str> {
 /// The entry is the text the earlier layers read, and the broker is the text
 /// of the variable: no typed value (whose secrets print redacted) is ever
 /// turned back into configuration.
-fn apply_celery(
-    executor: &mut Dict,
-    broker: Option<&str>,
-    default_queue: Option<&str>,
-    airflow_default: bool,
-) {
+fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: bool) {
+    let (broker, default_queue) = (celery.broker.as_deref(), celery.default_queue.as_deref());
     let Some(name) = name_of(executor).map(str::to_owned) else {
         return;
     };
@@ -182,6 +235,9 @@ fn apply_celery(
              using Airflow's default {AIRFLOW_DEFAULT_BROKER}"
         );
         executor.insert("broker_url".into(), Value::from(AIRFLOW_DEFAULT_BROKER));
+    }
+    for (key, value) in &celery.ssl {
+        executor.insert((*key).to_owned(), value.clone());
     }
     let default_queues = Value::from(super::default_queues());
     if let Some(queue) = default_queue
@@ -204,10 +260,12 @@ impl Provider for AirflowEnv {
                 .rev()
                 .find_map(|n| origins.get(&keys[..n].join(".")))
                 .map(|var| {
-                    if keys.first() == Some(&"executors") && keys.last() == Some(&"broker_url") {
-                        BROKER_URL
-                    } else {
-                        var
+                    let field = keys.last().copied().unwrap_or_default();
+                    let ssl = SSL_KEYS.iter().find(|(_, key)| *key == field);
+                    match (keys.first(), field, ssl) {
+                        (Some(&"executors"), "broker_url", _) => BROKER_URL,
+                        (Some(&"executors"), _, Some((ssl_var, _))) => ssl_var,
+                        _ => var,
                     }
                 })
                 .unwrap_or("Airflow environment")

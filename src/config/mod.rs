@@ -114,6 +114,12 @@ pub struct ApiConfig {
     /// refused with 503, so dashboards can never starve probes of descriptors.
     #[serde(default = "default_max_stream_clients")]
     pub max_stream_clients: u32,
+    /// The certificate chain (PEM) to serve the API over HTTPS with; with `tls_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `[supervisor]`
@@ -191,6 +197,21 @@ pub struct ExecutorConfig {
     /// Celery only: fewer workers answering the ping makes the verdict unhealthy.
     #[serde(default)]
     pub min_workers: u32,
+    /// Celery only: TLS to the broker whatever the URL's scheme, as Airflow's
+    /// `[celery] ssl_active` turns on Celery's `broker_use_ssl` (the certificate is
+    /// then always verified).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ssl_active: bool,
+    /// Celery only, with `ssl_active`: the client key (a PEM file), `[celery] ssl_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_key: Option<String>,
+    /// Celery only, with `ssl_active`: the client certificate (a PEM file), `[celery] ssl_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_cert: Option<String>,
+    /// Celery only, with `ssl_active`: the CA bundle (a PEM file) that replaces the
+    /// system's roots, `[celery] ssl_cacert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_cacert: Option<String>,
     /// Any executor but Celery: a program and its arguments, run at each poll
     /// without a shell ([`overseer_checks::command`]): exit 0 is healthy, 1
     /// unhealthy, anything else unknown. Shown with credential options' values
@@ -206,6 +227,10 @@ pub struct ExecutorConfig {
     /// is shown redacted; the instance is the URL without its query.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_url: Option<SecretUrl>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// `check_command` as `overseer config` shows it: the value of an option that
@@ -230,9 +255,27 @@ impl ExecutorConfig {
             queues: default_queues(),
             worker_ping: false,
             min_workers: 0,
+            ssl_active: false,
+            ssl_key: None,
+            ssl_cert: None,
+            ssl_cacert: None,
             check_command: None,
             check_url: None,
         }
+    }
+
+    /// Celery's `broker_use_ssl` as Airflow's Celery provider builds it from
+    /// `[celery] ssl_*`: `None` unless `ssl_active`; the certificate always
+    /// required; an empty path is no path.
+    pub fn broker_use_ssl(&self) -> Option<overseer_celery::TlsOptions> {
+        let path = |p: &Option<String>| p.clone().filter(|p| !p.trim().is_empty());
+        self.ssl_active.then(|| overseer_celery::TlsOptions {
+            cert_reqs: Some(overseer_celery::CertReqs::Required),
+            ca_certs: path(&self.ssl_cacert),
+            certfile: path(&self.ssl_cert),
+            keyfile: path(&self.ssl_key),
+            check_hostname: None,
+        })
     }
 
     /// The parsed name; valid once the configuration has loaded.
@@ -268,6 +311,8 @@ impl Default for Config {
                     .parse()
                     .expect("the default bind address parses"),
                 max_stream_clients: DEFAULT_MAX_STREAM_CLIENTS,
+                tls_cert: None,
+                tls_key: None,
             },
             // The actors' own defaults: declared once, in overseer-core.
             supervisor: SupervisorConfig {

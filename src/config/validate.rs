@@ -163,11 +163,50 @@ fn executor_threshold(config: &Config) -> Result<(), Problem> {
     Ok(())
 }
 
-/// `[api]`: room for at least one stream client.
+/// `[api]`: room for at least one stream client; `tls_cert` and `tls_key` together,
+/// each a readable PEM file, that make a TLS server.
 fn api(api: &ApiConfig) -> Result<(), Problem> {
     if api.max_stream_clients == 0 {
         return Err(("api.max_stream_clients", "must be at least 1".into()));
     }
+    match (&api.tls_cert, &api.tls_key) {
+        (Some(_), None) => {
+            return Err((
+                "api.tls_cert",
+                "is set without api.tls_key (the certificate's private key)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err((
+                "api.tls_key",
+                "is set without api.tls_cert (the certificate it belongs to)".into(),
+            ));
+        }
+        _ => {}
+    }
+    for (key, path) in [
+        ("api.tls_cert", &api.tls_cert),
+        ("api.tls_key", &api.tls_key),
+    ] {
+        if let Some(path) = path
+            && let Err(e) = std::fs::metadata(path)
+        {
+            return Err((key, format!("cannot read {}: {e}", path.display())));
+        }
+    }
+    crate::serve::tls_config(api).map_err(|e| {
+        let text = format!("{e:#}");
+        let key = if text.starts_with("api.tls_key") {
+            "api.tls_key"
+        } else {
+            "api.tls_cert"
+        };
+        (
+            key,
+            text.split_once(": ")
+                .map_or(text.clone(), |(_, rest)| rest.to_owned()),
+        )
+    })?;
     Ok(())
 }
 
@@ -229,6 +268,7 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
         }
         (ExecutorKind::Unchecked, None) => {}
     }
+    ssl(executor, name.kind())?;
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
         return Err((
             "queues",
@@ -243,6 +283,42 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
                 executor.min_workers
             ),
         ));
+    }
+    Ok(())
+}
+
+/// `ssl_active`, `ssl_key`, `ssl_cert`, `ssl_cacert`: Celery's only, and, as
+/// Airflow's Celery provider requires, `ssl_active` only with a broker it can give
+/// TLS to (an `amqp://` URL, or `redis://`, `rediss://`, `sentinel://`).
+fn ssl(executor: &ExecutorConfig, kind: ExecutorKind) -> Result<(), Problem> {
+    let set = [
+        ("ssl_active", executor.ssl_active),
+        ("ssl_key", executor.ssl_key.is_some()),
+        ("ssl_cert", executor.ssl_cert.is_some()),
+        ("ssl_cacert", executor.ssl_cacert.is_some()),
+    ];
+    if kind != ExecutorKind::Celery
+        && let Some((key, _)) = set.iter().find(|(_, is_set)| *is_set)
+    {
+        return Err((
+            *key,
+            format!("applies only to CeleryExecutor, not to {}", executor.name),
+        ));
+    }
+    if let (true, Some(url)) = (executor.ssl_active, &executor.broker_url) {
+        // Airflow's own test, on the URL's text (`default_celery.py`).
+        let text = url.expose_secret();
+        let redis = ["redis://", "rediss://", "sentinel://"]
+            .iter()
+            .any(|s| text.contains(s));
+        if !text.contains("amqp://") && !redis {
+            return Err((
+                "ssl_active",
+                "is true, but the broker is neither RabbitMQ (amqp://) nor Redis (redis://, rediss://, sentinel://): \
+                 Airflow refuses ssl_active for any other broker"
+                    .into(),
+            ));
+        }
     }
     Ok(())
 }

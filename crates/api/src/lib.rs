@@ -141,13 +141,17 @@ pub fn routes(config: &mut web::ServiceConfig) {
 /// stops calling `accept()`, and new connections wait in the listen backlog
 /// until one closes, instead of `accept()` failing with EMFILE, which makes
 /// actix-server stop accepting for 500 ms at a time, probes included.
+///
+/// With `tls` (a rustls server configuration, as `[api] tls_cert` and `tls_key`
+/// make it), the same routes are served over HTTPS only.
 pub fn server(
     state: ApiState,
     listener: TcpListener,
     max_connections: usize,
+    tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<Server> {
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    Ok(HttpServer::new(move || {
+    let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))
             .wrap(tracing_actix_web::TracingLogger::default())
@@ -161,7 +165,10 @@ pub fn server(
     .max_connections((max_connections / workers).max(1))
     // A client that closes its end is gone: end its response (an SSE stream
     // gives its place back at once, not at its next write).
-    .h1_allow_half_closed(false)
-    .listen(listener)?
-    .run())
+    .h1_allow_half_closed(false);
+    let server = match tls {
+        Some(config) => server.listen_rustls_0_23(listener, config)?,
+        None => server.listen(listener)?,
+    };
+    Ok(server.run())
 }

@@ -6,7 +6,14 @@
 //! RabbitMQ; builds the Celery venv the tests use on first run). Each figure is the
 //! median of several runs; the Python ones include starting the interpreter, as an
 //! operator's probe does.
+//!
+//! Then the same check over TLS beside plain TCP, on two throwaway `redis-server`s of
+//! the same build (one `--tls-port` with certificates made at run time, one plain),
+//! pooled and fresh: `cargo bench -p overseer-celery --bench check -- --tls` runs
+//! only that part.
 
+#[path = "../tests/support/certs.rs"]
+mod certs;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -92,8 +99,53 @@ fn row(what: &str, took: Duration, baseline: Duration) {
     );
 }
 
+/// Our check over TLS beside plain TCP, pooled and fresh, on two throwaway servers.
+async fn tls_beside_plain() {
+    let pki = certs::Pki::new("bench");
+    let server = pki.server("server", &["127.0.0.1"]);
+    let Some(tls) =
+        support::ThrowawayRedis::start_tls(&server.cert, &server.key, &pki.ca_pem(), "no", &[])
+    else {
+        return;
+    };
+    let Some(plain) = support::ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let plain_url = plain.url(None, 0);
+    let tls_url = format!(
+        "rediss://127.0.0.1:{}/0?ssl_cert_reqs=required&ssl_ca_certs={}",
+        tls.port,
+        pki.ca_pem().display()
+    );
+    let plain_pooled = ours_pooled(&plain_url, false).await;
+    let plain_fresh = ours_fresh(&plain_url).await;
+    let tls_pooled = ours_pooled(&tls_url, false).await;
+    let tls_fresh = ours_fresh(&tls_url).await;
+    println!(
+        "\nRedis over TLS beside plain TCP (throwaway servers), median ms, ratio to plain pooled:"
+    );
+    println!("| {:<52} | {:>9} | {:>8} |", "what", "ms", "ratio");
+    println!("|{}|{}|{}|", "-".repeat(54), "-".repeat(11), "-".repeat(10));
+    row("plain TCP, pooled connection", plain_pooled, plain_pooled);
+    row("plain TCP, fresh connection", plain_fresh, plain_pooled);
+    row(
+        "TLS (rediss://), pooled connection",
+        tls_pooled,
+        plain_pooled,
+    );
+    row(
+        "TLS (rediss://), fresh connection and handshake",
+        tls_fresh,
+        plain_pooled,
+    );
+}
+
 #[tokio::main]
 async fn main() {
+    if std::env::args().any(|a| a == "--tls") {
+        tls_beside_plain().await;
+        return;
+    }
     if !support::redis_up() || !support::rabbitmq_up() {
         return;
     }
@@ -129,4 +181,5 @@ async fn main() {
         row("kombu Connection(url).ensure_connection()", kombu, pooled);
         row("celery -b URL inspect ping", inspect, pooled);
     }
+    tls_beside_plain().await;
 }

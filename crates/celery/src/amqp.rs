@@ -11,6 +11,12 @@
 //! a queue when it first sends to it or a worker first consumes it. Its depth is
 //! reported as unknown with a note saying so.
 //!
+//! Over TLS (`amqps://`, or `ssl_*` options, or Celery's `broker_use_ssl`), lapin's
+//! rustls with the system's roots and `ssl_ca_certs` added, the client certificate
+//! of `ssl_certfile`/`ssl_keyfile`; the TLS failures are worded by [`crate::tls`].
+//! lapin verifies the certificate and host name always: `ssl_cert_reqs=none` and
+//! `ssl_check_hostname=false` are not offered over AMQP (see `check.rs`).
+//!
 //! The worker ping over the same connection is in [`ping`].
 
 mod ping;
@@ -20,9 +26,10 @@ use std::time::Duration;
 
 use lapin::options::QueueDeclareOptions;
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::FieldTable;
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
-use lapin::{Connection, ConnectionProperties, ErrorKind};
+use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder, ErrorKind};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
@@ -30,7 +37,8 @@ use tokio::time::{Instant, timeout_at};
 use crate::broker::{self, BrokerProbe, Reason};
 use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
-use crate::url::AmqpBroker;
+use crate::tls;
+use crate::url::{AmqpBroker, TlsOptions};
 use overseer_core::secret::scrub_with;
 
 /// The name RabbitMQ's management UI shows for our connection.
@@ -54,6 +62,11 @@ pub(crate) struct AmqpCheck {
     vhost: String,
     /// Masked out of any driver message before it is shown.
     password: String,
+    /// The TLS options, for a TLS broker: the files they name are read at each
+    /// new connection.
+    tls: Option<TlsOptions>,
+    /// The host name the certificate must be valid for, for reasons.
+    host: String,
     /// A mutex because a probe replaces the connection as a whole; the supervisor's
     /// in-flight guard means it is never contended in practice.
     state: Mutex<State>,
@@ -68,7 +81,11 @@ enum Declared {
 impl AmqpCheck {
     pub(crate) fn new(broker: &AmqpBroker, identity: &str) -> Self {
         let uri = AMQPUri {
-            scheme: AMQPScheme::AMQP,
+            scheme: if broker.tls.is_some() {
+                AMQPScheme::AMQPS
+            } else {
+                AMQPScheme::AMQP
+            },
             authority: AMQPAuthority {
                 userinfo: AMQPUserInfo {
                     username: broker.username.clone(),
@@ -85,6 +102,8 @@ impl AmqpCheck {
             identity: identity.to_owned(),
             vhost: broker.vhost.clone(),
             password: broker.password.expose_secret().to_owned(),
+            tls: broker.tls.clone(),
+            host: broker.host.clone(),
             state: Mutex::new(State::default()),
         }
     }
@@ -102,11 +121,25 @@ impl AmqpCheck {
             state.conn = None;
         }
         let uri = self.uri.clone();
+        let tls_config = match (&state.pending, &self.tls) {
+            (None, Some(options)) => Some(self.tls_config(options)?),
+            _ => None,
+        };
         let attempt = state.pending.get_or_insert_with(|| {
             tokio::spawn(async move {
                 let properties =
                     ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
-                Connection::connect_uri(uri, properties).await
+                match tls_config {
+                    None => Connection::connect_uri(uri, properties).await,
+                    Some(config) => {
+                        DefaultConnectionBuilder::new()?
+                            .with_uri(uri)
+                            .with_properties(properties)
+                            .with_tls_config(config)
+                            .connect()
+                            .await
+                    }
+                }
             })
         });
         let joined = match timeout_at(deadline, attempt).await {
@@ -126,6 +159,27 @@ impl AmqpCheck {
                 self.identity
             )),
         }
+    }
+
+    /// lapin's TLS settings from `options`: the CA bundle (added to the system's
+    /// roots) and the client certificate, read now.
+    fn tls_config(&self, options: &TlsOptions) -> Result<OwnedTLSConfig, Reason> {
+        let who = format!("broker {}", self.identity);
+        let cert_chain = match &options.ca_certs {
+            Some(path) => Some(
+                String::from_utf8(tls::read_pem(&who, "ssl_ca_certs", path)?)
+                    .map_err(|_| format!("{who}: ssl_ca_certs {path} is not a PEM file"))?,
+            ),
+            None => None,
+        };
+        let identity = tls::client_identity(&who, options)?.map(|identity| OwnedIdentity::PKCS8 {
+            pem: identity.cert,
+            key: identity.key,
+        });
+        Ok(OwnedTLSConfig {
+            identity,
+            cert_chain,
+        })
     }
 
     async fn declare_all(
@@ -214,12 +268,35 @@ impl AmqpCheck {
     /// A driver error, in plain words naming the broker.
     fn describe(&self, e: &lapin::Error, budget: Duration) -> Reason {
         let id = &self.identity;
+        if self.tls.is_some() {
+            let tls_fault =
+                tls::fault(&format!("broker {id}"), &self.host, e).or_else(|| match e.kind() {
+                    ErrorKind::IOError(io) => {
+                        tls::fault(&format!("broker {id}"), &self.host, io.as_ref())
+                    }
+                    _ => None,
+                });
+            if let Some(reason) = tls_fault {
+                return scrub_with(&reason, &[&self.password]);
+            }
+        }
         let reason = match e.kind() {
             ErrorKind::IOError(io) => match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
                     format!("broker {id} refused the connection")
                 }
                 std::io::ErrorKind::TimedOut => self.timed_out(budget),
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+                    if self.tls.is_none() =>
+                {
+                    // A TLS listener ends a connection whose first bytes are not TLS.
+                    format!(
+                        "broker {id} closed the connection ({io}; is this port TLS? then the \
+                         URL should be amqps://, not amqp://)"
+                    )
+                }
                 std::io::ErrorKind::ConnectionReset
                 | std::io::ErrorKind::ConnectionAborted
                 | std::io::ErrorKind::UnexpectedEof => {
@@ -237,6 +314,10 @@ impl AmqpCheck {
                 ),
                 _ => format!("broker {id} failed: {amqp}"),
             },
+            ErrorKind::ParsingError(_) if self.tls.is_none() => format!(
+                "broker {id} answered something that is not AMQP (is this port TLS? then the \
+                 URL should be amqps://, not amqp://)"
+            ),
             ErrorKind::MissingHeartbeatError => format!("broker {id} stopped sending heartbeats"),
             ErrorKind::InvalidConnectionState(state) => {
                 format!("broker {id} connection is {state:?}")

@@ -24,7 +24,8 @@ use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 use crate::error::{BrokerUrlError, Result};
 use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
 use crate::redis::RedisCheck;
-use crate::url::{Broker, BrokerUrl, Transport};
+use crate::tls::Verification;
+use crate::url::{Broker, BrokerUrl, RedisAddress, TlsOptions, Transport};
 use crate::verdict::verdict;
 
 /// The longest queue name AMQP can carry (a short string).
@@ -49,6 +50,10 @@ pub struct CheckSettings {
     /// Celery's `master_name` transport option, for `sentinel://` URLs that do not
     /// carry `?master_name=` themselves.
     pub sentinel_master_name: Option<String>,
+    /// Celery's `broker_use_ssl` (what Airflow's `[celery] ssl_active`, `ssl_key`,
+    /// `ssl_cert` and `ssl_cacert` become): TLS for every Redis, sentinel and AMQP
+    /// broker of the URL, these options over the URL's own `ssl_*` ones.
+    pub broker_use_ssl: Option<TlsOptions>,
 }
 
 impl Default for CheckSettings {
@@ -60,6 +65,7 @@ impl Default for CheckSettings {
             poll_timeout: Duration::from_secs(5),
             control_exchange: DEFAULT_CONTROL_EXCHANGE.to_owned(),
             sentinel_master_name: None,
+            broker_use_ssl: None,
         }
     }
 }
@@ -76,13 +82,14 @@ impl BrokerCheck {
     /// The check of `broker`: its transport's probe, or why it has none.
     fn of(broker: &Broker, settings: &CheckSettings) -> Result<Self> {
         let id = broker.identity.as_str();
-        let tls = || {
-            Self::Unchecked(format!(
-                "broker {id} uses TLS, which this check does not speak yet"
-            ))
-        };
         Ok(match &broker.transport {
-            Transport::Redis(redis) if redis.tls.is_some() => tls(),
+            Transport::Redis(redis)
+                if redis.tls.is_some() && matches!(redis.address, RedisAddress::Unix(_)) =>
+            {
+                Self::Unchecked(format!(
+                    "broker {id} asks for TLS over a Unix socket, which this check does not speak"
+                ))
+            }
             Transport::Redis(redis) => Self::Probed(Box::new(RedisCheck::direct(redis, id))),
             Transport::Sentinel(sentinel) => {
                 let master = sentinel
@@ -90,13 +97,19 @@ impl BrokerCheck {
                     .as_deref()
                     .or(settings.sentinel_master_name.as_deref())
                     .ok_or(BrokerUrlError::MissingMasterName)?;
-                if sentinel.tls.is_some() {
-                    tls()
-                } else {
-                    Self::Probed(Box::new(RedisCheck::sentinel(sentinel, master, id)))
-                }
+                Self::Probed(Box::new(RedisCheck::sentinel(sentinel, master, id)))
             }
-            Transport::Amqp(amqp) if amqp.tls.is_some() => tls(),
+            Transport::Amqp(amqp)
+                if amqp
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| Verification::of(t) != Verification::Full) =>
+            {
+                Self::Unchecked(format!(
+                    "broker {id}: ssl_cert_reqs=none or ssl_check_hostname=false over AMQP is not \
+                     checked (the AMQP client always verifies the certificate and its name)"
+                ))
+            }
             Transport::Amqp(amqp) => Self::Probed(Box::new(AmqpCheck::new(amqp, id))),
             Transport::Unsupported { scheme } => {
                 Self::Unchecked(format!("the {scheme}:// transport has no health check yet"))
@@ -144,6 +157,10 @@ impl CeleryCheck {
     /// A check of `broker` with `settings`. Fails on settings that can never work
     /// (a sentinel broker without a master name, a queue name AMQP cannot carry).
     pub fn new(broker: &BrokerUrl, settings: CheckSettings) -> Result<Self> {
+        let broker = &match &settings.broker_use_ssl {
+            Some(ssl) => broker.with_tls(ssl),
+            None => broker.clone(),
+        };
         let has_amqp = broker
             .brokers()
             .iter()

@@ -33,6 +33,7 @@
 //!   worker ping over AMQP.
 //! - `ping`: Celery's remote-control `ping` itself: the pidbox names, the request, the
 //!   answers, whatever the transport.
+//! - `tls`: kombu's `ssl_*` options as rustls settings, and TLS failures in plain words.
 //! - [`detail`]: [`Probe`], what a check found beyond its verdict.
 //! - [`error`]: [`BrokerUrlError`], this crate's one error type.
 
@@ -46,6 +47,7 @@ pub mod detail;
 pub mod error;
 mod ping;
 mod redis;
+mod tls;
 pub mod url;
 mod verdict;
 
@@ -53,4 +55,4 @@ pub use check::{AIRFLOW_DEFAULT_QUEUE, CeleryCheck, CheckSettings, executor, exe
 pub use detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 pub use error::{BrokerUrlError, Position, Result};
 pub use ping::{DEFAULT_CONTROL_EXCHANGE, PING_WINDOW};
-pub use url::{AIRFLOW_DEFAULT_BROKER_URL, Broker, BrokerUrl, Transport};
+pub use url::{AIRFLOW_DEFAULT_BROKER_URL, Broker, BrokerUrl, CertReqs, TlsOptions, Transport};

@@ -13,6 +13,11 @@
 //! - a sentinel broker: the sentinels are asked for the master by name ([`sentinel`]);
 //!   none answering, or none knowing the name, are each their own reason.
 //!
+//! - over TLS (`rediss://`, or `ssl_*` parameters): the options of [`crate::tls`], and
+//!   its reasons for a TLS failure (untrusted, expired or misnamed certificate, client
+//!   certificate refused, a plain-TCP port); a pooled TLS connection is reused like a
+//!   plain one, and a handshake is made again only on reconnect.
+//!
 //! kombu's names for a queue's lists ([`queue_keys`]) live here too: the depth is
 //! their sum, and the worker ping (in [`ping`]) reads its answers from such lists.
 
@@ -23,7 +28,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value,
+    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
+    RedisConnectionInfo, TlsCertificates, Value,
 };
 use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout_at};
@@ -31,7 +37,8 @@ use tokio::time::{Instant, timeout_at};
 use crate::broker::{self, BrokerProbe, Reason, timed_out};
 use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
-use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker};
+use crate::tls::{self, Verification};
+use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
 use overseer_core::secret::scrub_with;
 
 /// kombu's Redis separator between a queue and its priority, and within bindings.
@@ -72,6 +79,11 @@ pub(crate) struct RedisCheck {
     db: i64,
     /// Masked out of any driver message before it is shown.
     password: Option<Password>,
+    /// The TLS options, for a `rediss://` broker: the files they name are read at
+    /// each new connection.
+    tls: Option<TlsOptions>,
+    /// The host name the certificate must be valid for, for reasons.
+    host: String,
     /// The pooled connection, `None` until the first success or after a failure.
     /// A mutex (not a lock-free cell) because a probe replaces it as a whole; the
     /// supervisor's in-flight guard means it is never contended in practice.
@@ -111,9 +123,21 @@ fn settings(
 
 impl RedisCheck {
     pub(crate) fn direct(broker: &RedisBroker, identity: &str) -> Self {
-        let addr = match &broker.address {
-            RedisAddress::Tcp { host, port } => ConnectionAddr::Tcp(host.clone(), *port),
-            RedisAddress::Unix(path) => ConnectionAddr::Unix(path.into()),
+        let (addr, host) = match (&broker.address, &broker.tls) {
+            (RedisAddress::Tcp { host, port }, None) => {
+                (ConnectionAddr::Tcp(host.clone(), *port), host.clone())
+            }
+            (RedisAddress::Tcp { host, port }, Some(options)) => (
+                ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: Verification::of(options) == Verification::None,
+                    tls_params: None,
+                },
+                host.clone(),
+            ),
+            // TLS over a Unix socket is not offered (see `check.rs`).
+            (RedisAddress::Unix(path), _) => (ConnectionAddr::Unix(path.into()), path.clone()),
         };
         let info = addr
             .into_connection_info()
@@ -128,6 +152,8 @@ impl RedisCheck {
             identity: identity.to_owned(),
             db: broker.db,
             password: broker.password.clone(),
+            tls: broker.tls.clone(),
+            host,
             conn: Mutex::new(None),
         }
     }
@@ -146,6 +172,9 @@ impl RedisCheck {
             identity: identity.to_owned(),
             db: broker.db,
             password: broker.password.clone(),
+            tls: broker.tls.clone(),
+            // The master's name is known only once a sentinel gives it.
+            host: String::new(),
             conn: Mutex::new(None),
         }
     }
@@ -239,20 +268,126 @@ impl RedisCheck {
         deadline: Instant,
         budget: Duration,
     ) -> Result<MultiplexedConnection, Reason> {
-        let client = redis::Client::open(info).map_err(|e| self.describe_for(who, e, budget))?;
+        let tls_addr = match info.addr() {
+            ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        };
+        let plain_tcp = matches!(info.addr(), ConnectionAddr::Tcp(..));
+        let client = self.client(who, info, budget)?;
         let left = deadline.saturating_duration_since(Instant::now());
         // The driver's own bounds, so that a connection never outlives our deadline
         // with a request pending; `timeout_at` below is the one that decides.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(left))
             .set_response_timeout(Some(budget));
-        timeout_at(
+        let connecting = timeout_at(
             deadline,
             client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| timed_out(who, budget))?
-        .map_err(|e| self.describe_for(who, e, budget))
+        );
+        let result = match &tls_addr {
+            None => connecting.await,
+            Some((host, port)) => {
+                self.handshake(who, connecting, host, *port, deadline)
+                    .await?
+            }
+        };
+        result.map_err(|_| timed_out(who, budget))?.map_err(|e| {
+            if plain_tcp && e.is_connection_dropped() && !e.is_connection_refusal() {
+                // A TLS server ends a connection whose first bytes are not TLS.
+                format!(
+                    "{who} closed the connection before answering (is this port TLS? \
+                     then the URL should be rediss://, not redis://)"
+                )
+            } else if let Some(reason) = tls_addr
+                .as_ref()
+                .and_then(|(host, _)| tls::fault(who, host, &e))
+            {
+                // Named with the host connected to (a sentinel's master, say).
+                reason
+            } else {
+                self.describe_for(who, e, budget)
+            }
+        })
+    }
+
+    /// Waits for a TLS connection. A server that accepts and never completes the
+    /// handshake is most often a plain-TCP port behind a `rediss://` URL (a plain
+    /// Redis waits for the end of a line that TLS never sends): when the handshake
+    /// is still pending halfway to `deadline`, a bare TCP connect to the same port
+    /// is made beside it, and if it is accepted while the handshake times out, the
+    /// reason says so. A quick handshake costs nothing more.
+    async fn handshake<T>(
+        &self,
+        who: &str,
+        connecting: impl Future<Output = Result<redis::RedisResult<T>, tokio::time::error::Elapsed>>,
+        host: &str,
+        port: u16,
+        deadline: Instant,
+    ) -> Result<Result<redis::RedisResult<T>, tokio::time::error::Elapsed>, Reason> {
+        let started = Instant::now();
+        let halfway = started + deadline.saturating_duration_since(started) / 2;
+        tokio::pin!(connecting);
+        tokio::select! {
+            result = &mut connecting => return Ok(result),
+            () = tokio::time::sleep_until(halfway) => {}
+        }
+        let (result, tcp) = tokio::join!(
+            connecting,
+            timeout_at(deadline, tokio::net::TcpStream::connect((host, port)))
+        );
+        let handshake_timed_out = match &result {
+            Err(_) => true,
+            Ok(Err(e)) => e.is_timeout(),
+            Ok(Ok(_)) => false,
+        };
+        if handshake_timed_out && matches!(tcp, Ok(Ok(_))) {
+            return Err(format!(
+                "{who} accepted the connection but did not complete the TLS handshake within {} \
+                 (is this port plain TCP? then the URL should be redis://, not rediss://)",
+                overseer_core::duration::short(deadline.saturating_duration_since(started))
+            ));
+        }
+        Ok(result)
+    }
+
+    /// The driver's client for `info`: over TLS with the broker's options when its
+    /// address asks for TLS (the CA bundle and client certificate read now).
+    fn client(
+        &self,
+        who: &str,
+        info: redis::ConnectionInfo,
+        budget: Duration,
+    ) -> Result<redis::Client, Reason> {
+        let describe = |e| self.describe_for(who, e, budget);
+        let options = match (info.addr(), &self.tls) {
+            (ConnectionAddr::TcpTls { .. }, Some(options)) => options,
+            _ => return redis::Client::open(info).map_err(describe),
+        };
+        let root_cert = match &options.ca_certs {
+            Some(path) => Some(tls::read_pem(who, "ssl_ca_certs", path)?),
+            None => None,
+        };
+        let client_tls = tls::client_identity(who, options)?.map(|identity| ClientTlsConfig {
+            client_cert: identity.cert,
+            client_key: identity.key,
+        });
+        let client = if root_cert.is_some() || client_tls.is_some() {
+            let certificates = TlsCertificates {
+                client_tls,
+                root_cert,
+            };
+            redis::Client::build_with_tls(info, certificates).map_err(describe)?
+        } else {
+            // The system's roots.
+            redis::Client::open(info).map_err(describe)?
+        };
+        if Verification::of(options) != Verification::ChainOnly {
+            return Ok(client);
+        }
+        let info = client.get_connection_info().clone();
+        let mut addr = info.addr().clone();
+        addr.set_danger_accept_invalid_hostnames(true);
+        redis::Client::open(info.set_addr(addr)).map_err(describe)
     }
 
     fn timed_out(&self, budget: Duration) -> Reason {
@@ -277,7 +412,9 @@ impl RedisCheck {
     /// A driver error, in plain words naming `id` (the broker, or one of its sentinels).
     fn describe_for(&self, id: &str, e: redis::RedisError, budget: Duration) -> Reason {
         let code = e.code().unwrap_or_default();
-        if e.is_connection_refusal() {
+        if let Some(reason) = tls::fault(id, &self.host, &e) {
+            reason
+        } else if e.is_connection_refusal() {
             format!("{id} refused the connection")
         } else if e.is_timeout() {
             timed_out(id, budget)

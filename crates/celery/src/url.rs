@@ -19,8 +19,10 @@
 //! What this module supports, and how:
 //! - `redis://[[user]:password@]host[:port][/db]` (port 6379, host `127.0.0.1` when empty).
 //! - `rediss://`, and any Redis URL with `ssl_*` query parameters (kombu then uses TLS):
-//!   parsed, `ssl_cert_reqs` validated (`CERT_REQUIRED|CERT_OPTIONAL|CERT_NONE`, or
-//!   `required|optional|none`); the check answers `unknown` ("TLS is not checked yet").
+//!   `ssl_cert_reqs` validated (`CERT_REQUIRED|CERT_OPTIONAL|CERT_NONE`, or
+//!   `required|optional|none`), `ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`,
+//!   `ssl_check_hostname`; checked over TLS as `crate::tls` says. A sentinel list with
+//!   them reaches its master over TLS (the sentinels in plain TCP, as kombu does).
 //! - `redis+socket:///path/to/redis.sock[?virtual_host=N]`.
 //! - `sentinel://host:26379;sentinel://host2:26379[/db]`: one broker reached through its
 //!   sentinels (not a failover list); the password of the first entry is the master's, as
@@ -29,7 +31,8 @@
 //!   settings (see [`crate::CheckSettings::sentinel_master_name`]).
 //! - `amqp://`, `pyamqp://`, `librabbitmq://` (port 5672; user and password default to
 //!   `guest`, host to `localhost`, as kombu's py-amqp transport does); `amqps://` and any
-//!   AMQP URL with `ssl` or `ssl_*` parameters are TLS: parsed, and answered `unknown`.
+//!   AMQP URL with `ssl` or `ssl_*` parameters are TLS, checked as `crate::tls` says
+//!   (`ssl_cert_reqs=none` and `ssl_check_hostname=false` are answered `unknown`).
 //! - `;`-separated failover lists of the above, which may mix transports.
 //! - Any other well-formed scheme (`sqs://`, `filesystem://`, `memory://`, `sqla+...`)
 //!   is a transport with no check yet: not an error, its verdict is `unknown`.
@@ -101,6 +104,19 @@ pub struct TlsOptions {
     pub check_hostname: Option<bool>,
 }
 
+impl TlsOptions {
+    /// These options with every one `other` sets taken from `other`.
+    pub fn overridden_by(self, other: &TlsOptions) -> Self {
+        Self {
+            cert_reqs: other.cert_reqs.or(self.cert_reqs),
+            ca_certs: other.ca_certs.clone().or(self.ca_certs),
+            certfile: other.certfile.clone().or(self.certfile),
+            keyfile: other.keyfile.clone().or(self.keyfile),
+            check_hostname: other.check_hostname.or(self.check_hostname),
+        }
+    }
+}
+
 /// Where a Redis server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisAddress {
@@ -126,7 +142,7 @@ pub struct RedisBroker {
     pub username: Option<String>,
     /// The password, if any.
     pub password: Option<Password>,
-    /// TLS, when asked for: the check then answers `unknown`.
+    /// TLS, when asked for.
     pub tls: Option<TlsOptions>,
 }
 
@@ -143,7 +159,7 @@ pub struct SentinelBroker {
     pub username: Option<String>,
     /// The master's password, if any.
     pub password: Option<Password>,
-    /// TLS, when asked for: the check then answers `unknown`.
+    /// TLS to the master, when asked for.
     pub tls: Option<TlsOptions>,
 }
 
@@ -160,7 +176,7 @@ pub struct AmqpBroker {
     pub username: String,
     /// The password (`guest` by default).
     pub password: Password,
-    /// TLS, when asked for: the check then answers `unknown`.
+    /// TLS, when asked for.
     pub tls: Option<TlsOptions>,
 }
 
@@ -248,6 +264,33 @@ impl BrokerUrl {
     /// The brokers, in failover order.
     pub fn brokers(&self) -> &[Broker] {
         &self.brokers
+    }
+
+    /// This URL with TLS on for every Redis (TCP), sentinel and AMQP broker, as
+    /// Celery's `broker_use_ssl` turns it on: each option `ssl` sets wins over the
+    /// URL's own. The identities stay as written.
+    pub fn with_tls(&self, ssl: &TlsOptions) -> Self {
+        let merged =
+            |own: &Option<TlsOptions>| Some(own.clone().unwrap_or_default().overridden_by(ssl));
+        let brokers = self
+            .brokers
+            .iter()
+            .cloned()
+            .map(|mut broker| {
+                match &mut broker.transport {
+                    Transport::Redis(redis)
+                        if matches!(redis.address, RedisAddress::Tcp { .. }) =>
+                    {
+                        redis.tls = merged(&redis.tls);
+                    }
+                    Transport::Sentinel(sentinel) => sentinel.tls = merged(&sentinel.tls),
+                    Transport::Amqp(amqp) => amqp.tls = merged(&amqp.tls),
+                    Transport::Redis(_) | Transport::Unsupported { .. } => {}
+                }
+                broker
+            })
+            .collect();
+        Self { brokers }
     }
 
     /// The instance identity: every broker's identity, `;`-separated, no credentials.

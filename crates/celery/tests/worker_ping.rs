@@ -27,6 +27,7 @@ fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
             poll_timeout: POLL_TIMEOUT,
             control_exchange: control_exchange.to_owned(),
             sentinel_master_name: None,
+            broker_use_ssl: None,
         },
     )
     .expect("valid settings")

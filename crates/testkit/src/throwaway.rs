@@ -276,6 +276,41 @@ impl ThrowawayRedis {
         }
     }
 
+    /// Starts one that speaks only TLS (`--port 0 --tls-port`), with the server
+    /// certificate and key `cert` and `key`, trusting `ca` for client certificates,
+    /// which it requires when `auth_clients` is `yes` (`--tls-auth-clients`); `extra`
+    /// more arguments. `None` (skipped) when redis-server cannot start so.
+    pub fn start_tls(
+        cert: &Path,
+        key: &Path,
+        ca: &Path,
+        auth_clients: &str,
+        extra: &[&str],
+    ) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let port = free_port();
+        let mut args: Vec<String> = ["--port", "0", "--tls-port", &port.to_string()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from));
+        args.extend(["--tls-auth-clients".into(), auth_clients.to_owned()]);
+        args.extend(["--dir".into(), dir.path().display().to_string()]);
+        for (flag, path) in [
+            ("--tls-cert-file", cert),
+            ("--tls-key-file", key),
+            ("--tls-ca-cert-file", ca),
+        ] {
+            args.extend([flag.to_owned(), path.display().to_string()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = Self::prepared(port, args, dir);
+        match server.resume() {
+            Ok(()) => Some(server),
+            Err(e) => crate::unavailable("redis-server with TLS (a throwaway one)", e),
+        }
+    }
+
     /// A server on `port` run with exactly `args` (a sentinel, say), in `dir`; not
     /// started yet: [`ThrowawayRedis::resume`] starts it.
     pub fn prepared(port: u16, args: Vec<String>, dir: tempfile::TempDir) -> Self {

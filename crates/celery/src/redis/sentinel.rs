@@ -1,6 +1,8 @@
 //! A Redis master found through its sentinels, as kombu's sentinel transport finds
 //! it: each sentinel in turn is asked for the master by name
 //! (`SENTINEL get-master-addr-by-name`), and the first address given is the broker.
+//! With TLS (`ssl_*` options, or Celery's `broker_use_ssl`), the master is reached
+//! over TLS and the sentinels in plain TCP, as kombu does without `sentinel_kwargs`.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::RedisCheck;
 use crate::broker::{Reason, timed_out};
+use crate::tls::Verification;
 
 impl RedisCheck {
     /// Opens a connection to the master named `master_name`, as `sentinels` know
@@ -49,7 +52,18 @@ impl RedisCheck {
             };
             match asked.await {
                 Ok(Some((master_host, master_port))) => {
-                    let info = ConnectionAddr::Tcp(master_host, master_port)
+                    // Over TLS, only the master is: kombu reaches the sentinels with
+                    // their own settings (`sentinel_kwargs`), plain by default.
+                    let addr = match &self.tls {
+                        Some(options) => ConnectionAddr::TcpTls {
+                            host: master_host,
+                            port: master_port,
+                            insecure: Verification::of(options) == Verification::None,
+                            tls_params: None,
+                        },
+                        None => ConnectionAddr::Tcp(master_host, master_port),
+                    };
+                    let info = addr
                         .into_connection_info()
                         .expect("an address is always connection info")
                         .set_redis_settings(settings.clone());
