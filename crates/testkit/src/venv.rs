@@ -141,7 +141,13 @@ fn install(
     run(Command::new(python).arg("-m").arg("venv").arg(venv))?;
     let pip = |args: &[&str]| {
         let mut command = Command::new(venv.join("bin/python"));
-        command.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]);
+        command.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ]);
         command.args(args);
         command
     };
