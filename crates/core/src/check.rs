@@ -3,12 +3,18 @@
 //! An executor implements [`HealthCheck`] (async) or [`BlockingHealthCheck`] (a
 //! plain function that may block), and is wrapped in an [`Executor`] for the
 //! supervisor. Neither kind ever runs on the supervisor's own thread: an async
-//! check runs as a task of its own, a blocking one on a thread of its own.
+//! check runs on a small pool of threads of its own, watched so that one that
+//! blocks its thread is given that thread and starves no other ([`pool`]); a
+//! blocking one runs on a thread of its own.
+
+pub mod pool;
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::job::ExecutorHealth;
+
+pub use pool::AsyncChecks;
 
 /// An asynchronous health check.
 ///
@@ -25,7 +31,9 @@ use crate::job::ExecutorHealth;
 /// ```
 ///
 /// A check must not block its thread; one that may (a synchronous client, a
-/// subprocess) is a [`BlockingHealthCheck`] instead.
+/// subprocess) is a [`BlockingHealthCheck`] instead. One that blocks all the
+/// same is found by the pool's watchdog and given a thread of its own from
+/// then on ([`pool`]), with a warning.
 #[async_trait::async_trait]
 pub trait HealthCheck: Send + Sync + 'static {
     /// Asks the executor how it is. The supervisor bounds the wait
@@ -61,7 +69,7 @@ impl HealthCheck for NoCheck {
 /// How a check runs.
 #[derive(Clone)]
 pub enum Check {
-    /// As a task of its own on the supervisor's runtime.
+    /// On the watched pool of check threads ([`pool`]).
     Async(Arc<dyn HealthCheck>),
     /// On a thread of its own, one at most per executor.
     Blocking(Arc<dyn BlockingHealthCheck>),
@@ -147,4 +155,13 @@ impl fmt::Debug for Executor {
             .field("instance", &self.instance)
             .finish_non_exhaustive()
     }
+}
+
+/// The text of a panic, as `panic!` was given it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".into())
 }

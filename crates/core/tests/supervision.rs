@@ -4,9 +4,10 @@
 //! their pace beside a hung one.
 //!
 //! Paused time needs the checks on the actors' own (paused) runtime. Production
-//! runs them on a runtime of their own, so the last tests take that path, the
-//! one [`Overseer`] builds, in real time: they wait (boundedly) on the counters
-//! and the report, and assert no durations.
+//! runs them on a watched pool of threads of their own, so the last tests take
+//! that path, the one [`Overseer`] builds, in real time: they wait (boundedly)
+//! on the counters and the report, and assert no durations. Among them, async
+//! checks that block their threads, more of them than the pool has threads.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -14,8 +15,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use overseer_core::actors::{
-    ExecutorActor, HealthSupervisor, NewVerdict, PollSettings, RestartPolicy,
+    Answered, CheckHealth, ExecutorActor, HealthSupervisor, NewVerdict, PollSettings, RestartPolicy,
 };
+use overseer_core::check::AsyncChecks;
 use overseer_core::stats::ExecutorStats;
 use overseer_core::{
     BlockingHealthCheck, Executor, ExecutorHealth, HealthCheck, HealthReport, Overseer,
@@ -81,9 +83,9 @@ fn supervise(
             let stats = Arc::new(ExecutorStats::default());
             all_stats.push(stats.clone());
             let label = executor.label();
-            let checks = tokio::runtime::Handle::current();
-            let addr = ExecutorActor::new(executor, stats.clone(), policy, Some(checks))
-                .start_supervised();
+            let checks = AsyncChecks::tasks_of(tokio::runtime::Handle::current());
+            let addr =
+                ExecutorActor::new(executor, stats.clone(), policy, checks).start_supervised();
             (addr, stats, label)
         })
         .collect();
@@ -436,8 +438,175 @@ fn damping_reports_a_change_only_after_enough_consecutive_answers() {
     });
 }
 
-// On the production path: the actors on their own thread, async checks on a
-// runtime of their own, as `Overseer` (and so `overseer serve`) runs them.
+/// What an executor's actor answers when it drops a poll unanswered.
+const DROPPED: &str = "the executor's actor did not answer: it stopped with the poll unanswered";
+
+#[derive(Clone)]
+struct AlwaysPanicsAtOnce;
+
+#[async_trait::async_trait]
+impl HealthCheck for AlwaysPanicsAtOnce {
+    async fn get_health(&self) -> ExecutorHealth {
+        panic!("poisoned")
+    }
+}
+
+#[test]
+fn a_poll_its_executor_actor_drops_unanswered_is_answered_and_clears_the_guard() {
+    paused(|| async {
+        // Not supervised: after its check panics, the actor is gone for good,
+        // and its mailbox closed. Each later poll is refused, and answered all
+        // the same, at once: as `send()`'s `MailboxError` used to be.
+        let stats = Arc::new(ExecutorStats::default());
+        let checks = AsyncChecks::tasks_of(tokio::runtime::Handle::current());
+        let addr = ExecutorActor::new(
+            Executor::new("CeleryExecutor", AlwaysPanicsAtOnce),
+            stats.clone(),
+            RestartPolicy::default(),
+            checks,
+        )
+        .start();
+        let verdicts = Verdicts::default();
+        let sink = Collector(verdicts.clone()).start().recipient();
+        let settings = every(Duration::from_secs(10), Duration::from_secs(5));
+        let _supervisor = HealthSupervisor::new(
+            settings,
+            vec![(addr, stats.clone(), "CeleryExecutor".into())],
+            sink,
+        )
+        .start();
+
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert_eq!(
+            verdicts.of(0),
+            [
+                ExecutorHealth::unhealthy("health check panicked: poisoned"),
+                ExecutorHealth::unhealthy(DROPPED),
+                ExecutorHealth::unhealthy(DROPPED),
+                ExecutorHealth::unhealthy(DROPPED),
+                ExecutorHealth::unhealthy(DROPPED),
+            ]
+        );
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.polls, 5, "every tick polled: {snapshot:?}");
+        assert_eq!(snapshot.skipped, 0, "no guard left behind: {snapshot:?}");
+        assert_eq!(snapshot.timeouts, 0, "answered at once: {snapshot:?}");
+        System::current().stop();
+    });
+}
+
+/// Collects every answer sent to it.
+#[derive(Default, Clone)]
+struct Answers(Arc<Mutex<Vec<Answered>>>);
+
+struct AnswerCollector(Answers);
+
+impl Actor for AnswerCollector {
+    type Context = Context<Self>;
+}
+
+impl Handler<Answered> for AnswerCollector {
+    type Result = ();
+    fn handle(&mut self, answer: Answered, _: &mut Context<Self>) {
+        self.0.0.lock().unwrap().push(answer);
+    }
+}
+
+/// The first call panics after a second, the second never returns, later
+/// calls (a restarted actor's) are healthy.
+#[derive(Clone)]
+struct PanicsThenHangsThenHealthy(Arc<AtomicUsize>);
+
+#[async_trait::async_trait]
+impl HealthCheck for PanicsThenHangsThenHealthy {
+    async fn get_health(&self) -> ExecutorHealth {
+        match self.0.fetch_add(1, Ordering::SeqCst) {
+            0 => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                panic!("broker client poisoned")
+            }
+            1 => std::future::pending().await,
+            _ => ExecutorHealth::Healthy,
+        }
+    }
+}
+
+#[test]
+fn a_poll_running_when_its_executor_actor_restarts_is_answered_by_its_reply() {
+    paused(|| async {
+        let answers = Answers::default();
+        let to = Arc::new(AnswerCollector(answers.clone()).start().recipient());
+        let checks = AsyncChecks::tasks_of(tokio::runtime::Handle::current());
+        let addr = ExecutorActor::new(
+            Executor::new("CeleryExecutor", PanicsThenHangsThenHealthy(Arc::default())),
+            Arc::default(),
+            RestartPolicy::default(),
+            checks,
+        )
+        .start_supervised();
+
+        // Two polls at once (no supervisor's guard here): the first check
+        // panics at 1 s, which stops the actor while the second still runs.
+        addr.do_send(CheckHealth::new(0, 1, to.clone()));
+        addr.do_send(CheckHealth::new(0, 2, to.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The restarted actor answers the next one.
+        addr.do_send(CheckHealth::new(0, 3, to.clone()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        let answer = |tick, health| Answered {
+            executor: 0,
+            tick,
+            health,
+        };
+        assert_eq!(
+            *answers.0.lock().unwrap(),
+            [
+                answer(
+                    1,
+                    ExecutorHealth::unhealthy("health check panicked: broker client poisoned")
+                ),
+                answer(2, ExecutorHealth::unhealthy(DROPPED)),
+                answer(3, ExecutorHealth::Healthy),
+            ]
+        );
+        System::current().stop();
+    });
+}
+
+#[test]
+fn answers_to_polls_no_longer_in_flight_are_ignored() {
+    paused(|| async {
+        // Answers the supervisor never asked for (another tick's, an unknown
+        // executor's) neither clear a guard nor count as late.
+        let settings = every(Duration::from_secs(10), Duration::from_secs(5));
+        let (supervisor, verdicts, stats) = supervise(
+            settings,
+            RestartPolicy::default(),
+            vec![Executor::new("HungExecutor", Hangs)],
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (executor, tick) in [(0, 7), (0, 0), (5, 1)] {
+            supervisor.do_send(Answered {
+                executor,
+                tick,
+                health: ExecutorHealth::Healthy,
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert_eq!(
+            verdicts.of(0),
+            [ExecutorHealth::unhealthy("no reply within 5s")]
+        );
+        let snapshot = stats[0].snapshot();
+        assert_eq!((snapshot.polls, snapshot.skipped), (1, 2), "{snapshot:?}");
+        assert_eq!(snapshot.late_replies, 0, "{snapshot:?}");
+        System::current().stop();
+    });
+}
+
+// On the production path: the actors on their own thread, async checks on the
+// watched pool of check threads, as `Overseer` (and so `overseer serve`) runs them.
 
 /// The longest a production-path test waits for what the actors do every 100 ms.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -621,5 +790,127 @@ async fn on_the_production_path_late_answers_are_dropped_and_clear_the_guard() {
         verdict_of(r, "SlowExecutor") == Some(ExecutorHealth::unhealthy("no reply within 50ms"))
     })
     .await;
+    overseer.shutdown().await.unwrap();
+}
+
+/// An async check that wrongly blocks its thread, forever, as a synchronous
+/// client stuck on a dead broker would.
+#[derive(Clone)]
+struct SleepsForever;
+
+#[async_trait::async_trait]
+impl HealthCheck for SleepsForever {
+    async fn get_health(&self) -> ExecutorHealth {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+#[tokio::test]
+async fn on_the_production_path_async_checks_that_block_more_threads_than_the_pool_has_starve_no_other()
+ {
+    let blocked = ["BlockedA", "BlockedB", "BlockedC"];
+    assert!(blocked.len() > overseer_core::overseer::CHECK_THREADS);
+    let neighbour = HealthyOnThread::default();
+    let mut executors: Vec<Executor> = blocked
+        .iter()
+        .map(|class| Executor::new(*class, SleepsForever))
+        .collect();
+    executors.push(Executor::new("CeleryExecutor", neighbour.clone()));
+    let (overseer, _db) = overseer(executors).await;
+
+    // The watchdog gives each blocked thread to its check and replaces it.
+    for index in 0..blocked.len() {
+        stats_until(
+            &overseer,
+            index,
+            "the blocked thread given to its check",
+            |s| s.stalls.load(Ordering::Relaxed) == 1,
+        )
+        .await;
+    }
+    // From then on the neighbour keeps answering in time, poll after poll.
+    let answered = overseer.executor_stats()[3]
+        .1
+        .poll_count
+        .load(Ordering::Relaxed);
+    stats_until(
+        &overseer,
+        3,
+        "the neighbour answering five more polls",
+        |s| s.poll_count.load(Ordering::Relaxed) >= answered + 5,
+    )
+    .await;
+    assert_eq!(
+        neighbour.0.lock().unwrap().as_deref(),
+        Some("overseer-check"),
+        "it ran on a pool thread"
+    );
+    for index in 0..blocked.len() {
+        let stats = overseer.executor_stats()[index].1.snapshot();
+        assert_eq!(stats.polls, 1, "one poll ever sent: {stats:?}");
+        assert_eq!(stats.stalls, 1, "{stats:?}");
+        assert_eq!(stats.checks_running, 1, "holding its own thread: {stats:?}");
+    }
+    // The pool's threads, and one given to each blocked check (a new thread
+    // names itself once it runs).
+    let threads = overseer_core::overseer::CHECK_THREADS + blocked.len();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while check_threads() != threads {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} check threads, not {threads}",
+            check_threads()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    report_until(&overseer, "every verdict in the report", |r| {
+        blocked.iter().all(|class| {
+            verdict_of(r, class) == Some(ExecutorHealth::unhealthy("no reply within 50ms"))
+        }) && verdict_of(r, "CeleryExecutor") == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+}
+
+/// An async check that blocks its thread for a while at every call, then
+/// answers healthy.
+#[derive(Clone)]
+struct BlocksAWhile;
+
+#[async_trait::async_trait]
+impl HealthCheck for BlocksAWhile {
+    async fn get_health(&self) -> ExecutorHealth {
+        std::thread::sleep(Duration::from_millis(250));
+        ExecutorHealth::Healthy
+    }
+}
+
+#[tokio::test]
+async fn on_the_production_path_a_check_found_blocking_runs_on_threads_of_its_own_from_then_on() {
+    let (overseer, _db) = overseer(vec![
+        Executor::new("BlockingExecutor", BlocksAWhile),
+        Executor::new("CeleryExecutor", Healthy),
+    ])
+    .await;
+
+    // Each run answers late (250 ms against a 50 ms timeout), which clears the
+    // guard for the next: four runs, of which only the first was on the pool.
+    stats_until(&overseer, 0, "four late answers", |s| {
+        s.late_replies.load(Ordering::Relaxed) >= 4
+    })
+    .await;
+    let stats = overseer.executor_stats()[0].1.snapshot();
+    assert_eq!(
+        stats.stalls, 1,
+        "found once, then never on the pool: {stats:?}"
+    );
+    assert_eq!(stats.checks_running_max, 1, "{stats:?}");
+    stats_until(&overseer, 1, "the neighbour answering four polls", |s| {
+        s.poll_count.load(Ordering::Relaxed) >= 4
+    })
+    .await;
+    assert_eq!(overseer.executor_stats()[1].1.snapshot().stalls, 0);
     overseer.shutdown().await.unwrap();
 }

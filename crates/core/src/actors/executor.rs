@@ -1,11 +1,26 @@
 //! `ExecutorActor`: one per executor, supervised. It runs its check off its own
-//! thread and answers `CheckHealth` with the verdict.
+//! thread and answers each `CheckHealth` with a message back to whoever asked
+//! ([`Answered`], carrying the poll's tick), never through a reply future: the
+//! asker waits on nothing, so polling every executor costs it one message out
+//! and one in per executor, whatever their number.
+//!
+//! Every poll is answered exactly once. The answer's way back is a `Reply`
+//! inside the message: should the actor drop the poll unanswered (it stopped or
+//! restarted with the poll queued or its check running, or its mailbox was
+//! closed), the reply answers for it as it is dropped, `unhealthy: the
+//! executor's actor did not answer: ...`, so the asker's in-flight guard always
+//! clears.
 //!
 //! actix restarts an actor only when it stops, not when a handler panics, so the
 //! check runs in a task (or thread) of its own: a panic there comes back as an
 //! error, the actor answers `Unhealthy("health check panicked: ...")` and stops,
 //! and its `Supervisor` restarts it with a fresh check. Restarts are limited by a
 //! [`RestartPolicy`]; past the limit the actor backs off instead of spinning.
+//!
+//! An async check runs on the watched pool of check threads
+//! ([`crate::check::pool`]): one that blocks its thread is given that thread,
+//! and runs on threads of its own from then on (the actor keeps that across
+//! restarts); a blocking check runs on a thread of its own at every poll.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -16,15 +31,80 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::check::{Check, Executor};
+use crate::check::pool::Watched;
+use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::duration;
 use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
 
-/// Asks an executor for its health. Answered with the verdict; never an error.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "ExecutorHealth")]
-pub struct CheckHealth;
+/// Asks an executor for its health, for one poll. Answered with an
+/// [`Answered`] sent to the reply's recipient; never with a reply future.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct CheckHealth {
+    reply: Reply,
+}
+
+impl CheckHealth {
+    /// A poll of executor `executor` (its index in the asker's list) sent at
+    /// tick `tick`, to be answered to `to`.
+    pub fn new(executor: usize, tick: u64, to: Arc<Recipient<Answered>>) -> Self {
+        Self {
+            reply: Reply {
+                to: Some(to),
+                executor,
+                tick,
+            },
+        }
+    }
+}
+
+/// An executor's answer to one poll.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct Answered {
+    /// The executor's index, as the poll gave it.
+    pub executor: usize,
+    /// The tick of the poll answered.
+    pub tick: u64,
+    /// The verdict (scrubbed of credentials).
+    pub health: ExecutorHealth,
+}
+
+/// The way back for one poll's answer. It answers once: with the verdict, or,
+/// dropped unanswered, with `unhealthy: the executor's actor did not answer`.
+#[derive(Debug)]
+struct Reply {
+    /// Shared by every poll (an `Arc` clone each, not a new channel sender).
+    to: Option<Arc<Recipient<Answered>>>,
+    executor: usize,
+    tick: u64,
+}
+
+impl Reply {
+    fn send(mut self, health: ExecutorHealth) {
+        self.answer(health);
+    }
+
+    fn answer(&mut self, health: ExecutorHealth) {
+        if let Some(to) = self.to.take() {
+            // A supervisor that is gone (stopped, restarted) needs no answer.
+            to.do_send(Answered {
+                executor: self.executor,
+                tick: self.tick,
+                health,
+            });
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        self.answer(ExecutorHealth::unhealthy(
+            "the executor's actor did not answer: it stopped with the poll unanswered",
+        ));
+    }
+}
 
 /// How often a panicking check may restart its actor before it backs off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,10 +145,13 @@ pub struct ExecutorActor {
     next_backoff: Duration,
     /// The restart limit was passed and no check has answered since.
     tripped: bool,
-    /// Where async checks run: a dedicated runtime, so a check that blocks when it
-    /// should not cannot stall the actors; `None` runs them as tasks on the actors'
-    /// own runtime (used by tests with paused time).
-    runtime: Option<tokio::runtime::Handle>,
+    /// Where async checks run: the watched pool of check threads, so that a
+    /// check that blocks when it should not stalls neither the actors nor the
+    /// other checks ([`AsyncChecks::tasks_of`] in tests with paused time).
+    checks: AsyncChecks,
+    /// This executor as the pool's watchdog knows it: whether its async check
+    /// blocks its thread. Kept across restarts, as the check's code is.
+    watched: Arc<Watched>,
 }
 
 impl ExecutorActor {
@@ -76,11 +159,13 @@ impl ExecutorActor {
         executor: Executor,
         stats: Arc<ExecutorStats>,
         policy: RestartPolicy,
-        runtime: Option<tokio::runtime::Handle>,
+        checks: AsyncChecks,
     ) -> Self {
         let check = executor.build_check();
+        let watched = Watched::new(executor.label(), stats.clone());
         Self {
-            runtime,
+            checks,
+            watched,
             executor,
             check,
             stats,
@@ -97,9 +182,9 @@ impl ExecutorActor {
         actix::Supervisor::start(move |_| self)
     }
 
-    /// Runs the check off this actor's thread: an async check as a task of its own
-    /// (on the dedicated check runtime when there is one), a blocking check on a
-    /// thread of its own. Resolves to the verdict, or to the panic's message.
+    /// Runs the check off this actor's thread: an async check on the check pool
+    /// (or on a thread of its own, once it was found blocking), a blocking check
+    /// on a thread of its own. Resolves to the verdict, or to the panic's message.
     fn run_check(&self) -> Outcome {
         let running = self.stats.check_started();
         match &self.check {
@@ -109,16 +194,7 @@ impl ExecutorActor {
                     let _running = running;
                     check.get_health().await
                 };
-                let task = match &self.runtime {
-                    Some(handle) => handle.spawn(work),
-                    None => tokio::spawn(work),
-                };
-                Box::pin(async move {
-                    task.await.map_err(|e| match e.try_into_panic() {
-                        Ok(payload) => panic_message(payload.as_ref()),
-                        Err(e) => format!("the check was cancelled: {e}"),
-                    })
-                })
+                Box::pin(self.checks.run(work, &self.watched))
             }
             Check::Blocking(check) => {
                 let check = check.clone();
@@ -150,15 +226,6 @@ impl ExecutorActor {
 
 /// A running check: the verdict, or the panic's message.
 type Outcome = std::pin::Pin<Box<dyn Future<Output = Result<ExecutorHealth, String>>>>;
-
-/// The text of a panic, as `panic!` was given it.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".into())
-}
 
 impl Actor for ExecutorActor {
     type Context = Context<Self>;
@@ -196,9 +263,12 @@ impl Supervised for ExecutorActor {
 }
 
 impl Handler<CheckHealth> for ExecutorActor {
-    type Result = ResponseActFuture<Self, ExecutorHealth>;
+    type Result = ();
 
-    fn handle(&mut self, _: CheckHealth, _: &mut Context<Self>) -> Self::Result {
+    /// Starts the check and answers when it ends; the actor's context holds that
+    /// one future (the supervisor's guard sends no second poll meanwhile).
+    fn handle(&mut self, poll: CheckHealth, ctx: &mut Context<Self>) {
+        let reply = poll.reply;
         if let Some(until) = self.backoff_until {
             if Instant::now() < until {
                 let reason = format!(
@@ -207,26 +277,33 @@ impl Handler<CheckHealth> for ExecutorActor {
                     duration::short(self.policy.window),
                     (until - Instant::now()).as_secs_f64().ceil(),
                 );
-                return Box::pin(actix::fut::ready(ExecutorHealth::unhealthy(reason)));
+                reply.send(ExecutorHealth::unhealthy(reason));
+                return;
             }
             self.backoff_until = None;
         }
-        Box::pin(self.run_check().into_actor(self).map(|outcome, act, ctx| match outcome {
-            Ok(health) => {
-                act.tripped = false;
-                act.next_backoff = act.policy.backoff;
-                // Every verdict passes here on its way to the table and the
-                // report: a check that quotes a URL in its reason loses its
-                // credentials here, whoever wrote the check.
-                health.scrubbed()
-            }
-            Err(message) => {
-                let message = crate::secret::scrub(&message);
-                ExecutorStats::bump(&act.stats.panics);
-                tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
-                ctx.stop();
-                ExecutorHealth::unhealthy(format!("health check panicked: {message}"))
-            }
-        }))
+        ctx.spawn(
+            self.run_check()
+                .into_actor(self)
+                .map(move |outcome, act, ctx| match outcome {
+                    Ok(health) => {
+                        act.tripped = false;
+                        act.next_backoff = act.policy.backoff;
+                        // Every verdict passes here on its way to the table and
+                        // the report: a check that quotes a URL in its reason
+                        // loses its credentials here, whoever wrote the check.
+                        reply.send(health.scrubbed());
+                    }
+                    Err(message) => {
+                        let message = crate::secret::scrub(&message);
+                        ExecutorStats::bump(&act.stats.panics);
+                        tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
+                        reply.send(ExecutorHealth::unhealthy(format!(
+                            "health check panicked: {message}"
+                        )));
+                        ctx.stop();
+                    }
+                }),
+        );
     }
 }

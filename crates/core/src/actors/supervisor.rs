@@ -1,13 +1,26 @@
 //! `HealthSupervisor`: polls every executor on its own timer, under three guards
 //! that keep a slow or hung executor from ever delaying it:
 //!
-//! 1. the check runs off this actor's thread (see [`ExecutorActor`]);
+//! 1. the check runs off this actor's thread (see [`ExecutorActor`]), an async
+//!    one on a watched pool where a check that blocks its thread is given that
+//!    thread and starves no other ([`crate::check::pool`]);
 //! 2. the timeout is the supervisor's: no answer within `poll_timeout` is
 //!    `Unhealthy("no reply within 5s")`, whatever the executor does;
 //! 3. the in-flight guard: while a poll is unanswered, later ticks send that
 //!    executor nothing (and count the skip), so each executor has at most one
 //!    `CheckHealth` queued or running, ever. A late answer clears the guard; its
 //!    verdict is logged and dropped, and the next tick polls again.
+//!
+//! Polling costs the same per executor at ten executors as at fifty thousand.
+//! A poll is one message out, `CheckHealth` (carrying its tick), and one in,
+//! [`Answered`] (the same tick): this actor's context holds no future per poll
+//! (its context would poll every one of them at each wake, a cost that grows
+//! with the square of the executors), only its interval and one timer per
+//! tick. The handler of an answer is O(1): the guard is cleared only by the
+//! answer to the poll it guards (the tick matches). The timer's `expire` pass
+//! is one O(n) walk per tick. An executor's actor that drops a poll unanswered
+//! answers all the same (see [`ExecutorActor`]), so the guard never sticks on
+//! a poll nobody runs.
 //!
 //! Verdicts go, as [`NewVerdict`] messages, to a recipient (the
 //! [`Aggregator`](super::Aggregator)).
@@ -27,7 +40,7 @@ use tokio::time::Instant;
 use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
 
-use super::executor::{CheckHealth, ExecutorActor};
+use super::executor::{Answered, CheckHealth, ExecutorActor};
 
 /// The message carrying an executor's new verdict (one that passed the damping
 /// thresholds), by the executor's index in the supervisor's list.
@@ -98,6 +111,9 @@ pub struct HealthSupervisor {
     executors: Vec<Polled>,
     sink: Recipient<NewVerdict>,
     tick: u64,
+    /// Where executors answer: this actor, once started. Every poll carries a
+    /// clone of the `Arc` (one channel sender for all).
+    answers: Option<Arc<Recipient<Answered>>>,
 }
 
 impl HealthSupervisor {
@@ -125,16 +141,19 @@ impl HealthSupervisor {
             executors,
             sink,
             tick: 0,
+            answers: None,
         }
     }
 
     /// One tick: poll every executor that has no poll in flight.
     fn poll_all(&mut self, ctx: &mut Context<Self>) {
+        let Some(answers) = self.answers.clone() else {
+            return;
+        };
         self.tick += 1;
         let tick = self.tick;
         let now = Instant::now();
-        for index in 0..self.executors.len() {
-            let executor = &mut self.executors[index];
+        for (index, executor) in self.executors.iter_mut().enumerate() {
             if executor.in_flight.is_some() {
                 ExecutorStats::bump(&executor.stats.skipped);
                 continue;
@@ -145,12 +164,14 @@ impl HealthSupervisor {
                 timed_out: false,
             });
             ExecutorStats::bump(&executor.stats.polls);
-            let answer = executor.addr.send(CheckHealth);
-            ctx.spawn(
-                answer
-                    .into_actor(self)
-                    .map(move |answer, act, _| act.answered(index, answer)),
-            );
+            // The guard keeps at most one poll in the executor's mailbox, so it
+            // is never full. Should it be closed (the actor is gone), the poll
+            // comes back in the error and is dropped here: its reply answers
+            // `did not answer` at once.
+            let poll = CheckHealth::new(index, tick, answers.clone());
+            if let Err(refused) = executor.addr.try_send(poll) {
+                drop(refused);
+            }
         }
         // Every poll of this tick was sent now, so one timer covers them all.
         ctx.run_later(self.settings.poll_timeout, move |act, _| act.expire(tick));
@@ -178,14 +199,23 @@ impl HealthSupervisor {
         }
     }
 
-    fn answered(&mut self, index: usize, answer: Result<ExecutorHealth, MailboxError>) {
-        let executor = &mut self.executors[index];
-        let Some(in_flight) = executor.in_flight.take() else {
+    /// An executor's answer: clears the guard it answers (the tick matches),
+    /// and is observed, or, after its poll timed out, counted and dropped.
+    fn answered(&mut self, answer: Answered) {
+        let Answered {
+            executor: index,
+            tick,
+            health,
+        } = answer;
+        let Some(executor) = self.executors.get_mut(index) else {
             return;
         };
-        let health = answer.unwrap_or_else(|e| {
-            ExecutorHealth::unhealthy(format!("the executor's actor did not answer: {e}"))
-        });
+        // An answer to a poll not in flight (none is, or another tick's) is
+        // not this supervisor's to count.
+        let Some(in_flight) = executor.in_flight.filter(|f| f.tick == tick) else {
+            return;
+        };
+        executor.in_flight = None;
         if in_flight.timed_out {
             ExecutorStats::bump(&executor.stats.late_replies);
             tracing::debug!(
@@ -273,8 +303,17 @@ impl Actor for HealthSupervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.answers = Some(Arc::new(ctx.address().recipient()));
         self.poll_all(ctx);
         ctx.run_interval(self.settings.poll_interval, |act, ctx| act.poll_all(ctx));
+    }
+}
+
+impl Handler<Answered> for HealthSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, answer: Answered, _: &mut Context<Self>) {
+        self.answered(answer);
     }
 }
 
@@ -288,5 +327,24 @@ impl Handler<StopPolling> for HealthSupervisor {
 
     fn handle(&mut self, _: StopPolling, ctx: &mut Context<Self>) {
         ctx.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Restarts (issue 14, item 5). The actors' thread restarts this actor when it
+// stops or panics, by building a new one from the executors' actors
+// (`crate::overseer`), so nothing here carries state across a restart. What
+// follows is the test-only hook that makes it stop or panic on demand.
+
+#[cfg(test)]
+impl Handler<super::aggregator::test_hooks::Crash> for HealthSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, crash: super::aggregator::test_hooks::Crash, ctx: &mut Context<Self>) {
+        use super::aggregator::test_hooks::Crash;
+        match crash {
+            Crash::Stop => ctx.stop(),
+            Crash::Panic => panic!("the supervisor panicked on purpose (a test)"),
+        }
     }
 }

@@ -1,0 +1,688 @@
+//! Where async checks run: a few `overseer-check` threads of Overseer's own,
+//! watched, so that a check that blocks its thread cannot starve the others.
+//!
+//! An async check should only ever wait. One that blocks all the same (a
+//! `std::thread::sleep`, a synchronous client inside an `async fn`) holds the
+//! thread that polls it; on a plain runtime of two threads, two such checks
+//! would stop every other async check. Here a watchdog looks at the pool's
+//! threads every [`WATCH_EVERY`]:
+//!
+//! - a poll that has run longer than [`STALL_AFTER`] gives its thread to its
+//!   check, for good: the thread polls that check alone until it ends (a thread
+//!   of its own, as a blocking check has), then ends too;
+//! - a new thread takes its place in the pool at once, so [`CHECK_THREADS`]
+//!   threads poll the other checks again within `STALL_AFTER + WATCH_EVERY`
+//!   of a thread blocking;
+//! - the executor is marked (`WARN` once, counted in `stalls`): its later runs
+//!   start on a thread of their own and never enter the pool again.
+//!
+//! With the supervisor's in-flight guard, a check that blocks forever therefore
+//! holds one thread forever, and nothing else; one that blocks for a while costs a
+//! thread per run, as a [`BlockingHealthCheck`](super::BlockingHealthCheck) does.
+//!
+//! The pool only polls. IO, timers and the tasks a check spawns belong to a
+//! small tokio runtime (`overseer-io` threads) that every pool thread enters;
+//! those spawned tasks are not watched (Overseer's own checks spawn only tasks
+//! that wait).
+//!
+//! Paused-time tests cannot use threads of their own (their clock would not
+//! follow): [`AsyncChecks::tasks_of`] runs checks as plain tasks of a runtime.
+//!
+//! [`CHECK_THREADS`]: crate::overseer::CHECK_THREADS
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU8};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::stats::ExecutorStats;
+
+/// How long one poll of an async check may hold its thread before the
+/// watchdog gives the thread to that check and puts a new one in the pool. A
+/// poll that only waits takes microseconds; a tenth of a second is a check
+/// that blocks.
+pub const STALL_AFTER: Duration = Duration::from_millis(100);
+
+/// How often the watchdog looks at the pool's threads: a blocked thread is
+/// replaced within `STALL_AFTER + WATCH_EVERY`.
+pub const WATCH_EVERY: Duration = Duration::from_millis(25);
+
+/// Worker threads of the tokio runtime under the pool: its IO and timer
+/// drivers, and the tasks checks spawn (the Celery check's broker probes).
+const IO_THREADS: usize = 2;
+
+/// The name of every thread that polls checks, in the pool or of its own.
+const CHECK_THREAD_NAME: &str = "overseer-check";
+
+/// The outcome of a check run: its value, or its panic's message.
+pub(crate) type Outcome<T> = Result<T, String>;
+
+/// Where async checks run. Cheap to clone.
+#[derive(Clone)]
+pub struct AsyncChecks(Runner);
+
+#[derive(Clone)]
+enum Runner {
+    /// On the watched pool.
+    Pool(Arc<Shared>),
+    /// As plain tasks of a tokio runtime, unwatched.
+    Tasks(tokio::runtime::Handle),
+}
+
+impl AsyncChecks {
+    /// Runs checks as plain tasks of `runtime`, with no watchdog: for tests whose
+    /// clock is paused, which the pool's threads would not follow. A check that
+    /// blocks stalls that runtime.
+    pub fn tasks_of(runtime: tokio::runtime::Handle) -> Self {
+        Self(Runner::Tasks(runtime))
+    }
+
+    /// Starts `check`: on the pool, or on a thread of its own if `executor`'s
+    /// check was found blocking its thread before. Resolves to its value, or to
+    /// its panic's message; to `Err` as well if it was dropped unfinished (the
+    /// pool stopped).
+    pub(crate) fn run<F>(
+        &self,
+        check: F,
+        executor: &Arc<Watched>,
+    ) -> impl Future<Output = Outcome<F::Output>> + use<F>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let guarded = Guarded {
+            check: Box::pin(check),
+            answer: Some(answer),
+        };
+        match &self.0 {
+            Runner::Pool(pool) => {
+                let task = Arc::new(Task {
+                    state: AtomicU8::new(SCHEDULED),
+                    future: Mutex::new(Some(Box::pin(guarded))),
+                    home: Mutex::new(None),
+                    pool: pool.clone(),
+                    executor: executor.clone(),
+                    waits: AtomicBool::new(false),
+                });
+                if executor.blocks.load(SeqCst) {
+                    own_thread(task);
+                } else {
+                    pool.push(task);
+                }
+            }
+            Runner::Tasks(runtime) => {
+                runtime.spawn(guarded);
+            }
+        }
+        async move {
+            answered
+                .await
+                .unwrap_or_else(|_| Err("the check was cancelled".into()))
+        }
+    }
+}
+
+/// One executor's check, as the watchdog knows it.
+pub(crate) struct Watched {
+    /// The executor, for the log.
+    label: String,
+    stats: Arc<ExecutorStats>,
+    /// It blocked a pool thread once: its runs start on a thread of their own.
+    blocks: AtomicBool,
+}
+
+impl Watched {
+    pub(crate) fn new(label: String, stats: Arc<ExecutorStats>) -> Arc<Self> {
+        Arc::new(Self {
+            label,
+            stats,
+            blocks: AtomicBool::new(false),
+        })
+    }
+
+    /// The watchdog found one of its polls holding a thread for `held`.
+    fn blocked(&self, held: Duration) {
+        ExecutorStats::bump(&self.stats.stalls);
+        if !self.blocks.swap(true, SeqCst) {
+            tracing::warn!(
+                executor = %self.label,
+                held = %crate::duration::short(held),
+                "an async health check blocks its thread; it runs on a thread of its own \
+                 from now on (a check that blocks should be a BlockingHealthCheck)"
+            );
+        }
+    }
+}
+
+/// A check with the way back for its outcome: catches its panic, so that a
+/// pool thread never unwinds.
+struct Guarded<F: Future> {
+    check: Pin<Box<F>>,
+    answer: Option<oneshot::Sender<Outcome<F::Output>>>,
+}
+
+impl<F: Future> Future for Guarded<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let outcome =
+            match std::panic::catch_unwind(AssertUnwindSafe(|| this.check.as_mut().poll(cx))) {
+                Ok(Poll::Pending) => return Poll::Pending,
+                Ok(Poll::Ready(value)) => Ok(value),
+                Err(payload) => Err(super::panic_message(payload.as_ref())),
+            };
+        if let Some(answer) = this.answer.take() {
+            let _ = answer.send(outcome);
+        }
+        Poll::Ready(())
+    }
+}
+
+/// The threads that own check threads: the pool's and the IO runtime. Ends
+/// with the actors' thread.
+pub(crate) struct CheckThreads {
+    pool: Arc<Shared>,
+    io: tokio::runtime::Runtime,
+}
+
+impl CheckThreads {
+    /// Starts the IO runtime, `threads` pool threads and the watchdog.
+    pub(crate) fn start(threads: usize) -> std::io::Result<Self> {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(IO_THREADS)
+            .thread_name("overseer-io")
+            .enable_all()
+            .build()?;
+        let pool = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            workers: Mutex::new(Vec::new()),
+            io: io.handle().clone(),
+            watchdog: OnceLock::new(),
+            live: Mutex::new(HashMap::new()),
+        });
+        let started = Self { pool, io };
+        // Should a thread not start, those already running see the pool
+        // stopped and end.
+        let spawned = (0..threads)
+            .try_for_each(|_| spawn_worker(&started.pool))
+            .and_then(|()| {
+                let watched = started.pool.clone();
+                std::thread::Builder::new()
+                    .name("overseer-watch".into())
+                    .spawn(move || watch(&watched))
+            });
+        match spawned {
+            Ok(watchdog) => {
+                let _ = started.pool.watchdog.set(watchdog.thread().clone());
+                Ok(started)
+            }
+            Err(e) => {
+                started.shutdown_background();
+                Err(e)
+            }
+        }
+    }
+
+    /// Where the actors start async checks.
+    pub(crate) fn checks(&self) -> AsyncChecks {
+        AsyncChecks(Runner::Pool(self.pool.clone()))
+    }
+
+    /// Stops the pool and the watchdog, drops every check not being polled
+    /// (queued, or waiting for a wake), and shuts the IO runtime down without
+    /// waiting: a check blocked in a poll keeps its thread, and nothing waits
+    /// for it.
+    pub(crate) fn shutdown_background(self) {
+        let queued = {
+            let mut queue = lock(&self.pool.queue);
+            queue.stopped = true;
+            std::mem::take(&mut queue.tasks)
+        };
+        self.pool.work.notify_all();
+        if let Some(watchdog) = self.pool.watchdog.get() {
+            watchdog.unpark();
+        }
+        let waiting = std::mem::take(&mut *lock(&self.pool.live));
+        for task in queued.into_iter().chain(waiting.into_values()) {
+            task.cancel();
+        }
+        self.io.shutdown_background();
+    }
+}
+
+/// What the pool's threads, the watchdog and the tasks share.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a task is queued while a thread waits.
+    work: Condvar,
+    /// The threads that poll from the queue; a thread the watchdog gave to a
+    /// check leaves it.
+    workers: Mutex<Vec<Arc<Worker>>>,
+    /// The runtime every check thread enters: IO, timers, spawned tasks.
+    io: tokio::runtime::Handle,
+    /// Unparked to stop.
+    watchdog: OnceLock<Thread>,
+    /// Every task that waited for a wake and is not done yet, by address: the
+    /// pool owns them, as a runtime owns its tasks, so a check that waits on
+    /// nothing (a future that never wakes) is held, not dropped, and ends only
+    /// with the pool. (A queued task is the queue's, a running one its
+    /// thread's; a check that answers at its first poll never enters here.)
+    live: Mutex<HashMap<usize, Arc<Task>>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    tasks: VecDeque<Arc<Task>>,
+    /// Threads waiting for a task.
+    idle: usize,
+    /// Of those, how many were signalled and have not woken yet: a burst of
+    /// tasks signals each waiting thread once, not once per task.
+    waking: usize,
+    stopped: bool,
+}
+
+impl Shared {
+    fn push(&self, task: Arc<Task>) {
+        let mut queue = lock(&self.queue);
+        if queue.stopped {
+            drop(queue);
+            task.cancel();
+            return;
+        }
+        queue.tasks.push_back(task);
+        let wake = queue.idle > queue.waking;
+        if wake {
+            queue.waking += 1;
+        }
+        drop(queue);
+        if wake {
+            self.work.notify_one();
+        }
+    }
+
+    /// The next task, waiting for one; `None` once the pool stopped.
+    fn next(&self) -> Option<Arc<Task>> {
+        let mut queue = lock(&self.queue);
+        loop {
+            if queue.stopped {
+                return None;
+            }
+            if let Some(task) = queue.tasks.pop_front() {
+                return Some(task);
+            }
+            queue.idle += 1;
+            queue = self.work.wait(queue).unwrap_or_else(|e| e.into_inner());
+            queue.idle -= 1;
+            // (A spurious wake-up may take another's signal: one more is sent.)
+            queue.waking = queue.waking.saturating_sub(1);
+        }
+    }
+}
+
+/// One pool thread, as the watchdog sees it.
+struct Worker {
+    thread: OnceLock<Thread>,
+    slot: Mutex<Slot>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The task being polled, and since when.
+    polling: Option<(Instant, Arc<Task>)>,
+    /// The watchdog gave this thread to that task.
+    given: bool,
+}
+
+/// Task states: only the thread that moved a task to `RUNNING` polls it.
+const IDLE: u8 = 0;
+/// Due for a poll: in the queue, or on its own thread.
+const SCHEDULED: u8 = 1;
+const RUNNING: u8 = 2;
+/// Woken while running: poll again.
+const NOTIFIED: u8 = 3;
+const DONE: u8 = 4;
+
+/// One check run on the pool.
+struct Task {
+    state: AtomicU8,
+    future: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    /// The thread that owns it, once it has one; until then, the pool's queue.
+    home: Mutex<Option<Thread>>,
+    pool: Arc<Shared>,
+    executor: Arc<Watched>,
+    /// It waited for a wake once, so the pool's `live` holds it (only its
+    /// poller reads and writes this).
+    waits: AtomicBool,
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.state.load(SeqCst);
+        loop {
+            let next = match state {
+                IDLE => SCHEDULED,
+                RUNNING => NOTIFIED,
+                _ => return,
+            };
+            match self.state.compare_exchange(state, next, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        if state == IDLE {
+            // Scheduled by this wake: to its own thread, or to the queue. (Its
+            // home changes only while it runs, so not meanwhile.)
+            let home = lock(&self.home).clone();
+            match home {
+                Some(thread) => thread.unpark(),
+                None => self.pool.push(self.clone()),
+            }
+        }
+    }
+}
+
+/// What a task is after a poll.
+enum Settled {
+    Done,
+    /// Waits for a wake.
+    Waiting,
+    /// Was woken during the poll: due again.
+    Again,
+}
+
+impl Task {
+    /// Its key among the pool's live tasks.
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Polls it once, if it is still due (the pool may have stopped since it
+    /// was queued). True when it is done.
+    fn poll_once(self: &Arc<Self>) -> bool {
+        if self
+            .state
+            .compare_exchange(SCHEDULED, RUNNING, SeqCst, SeqCst)
+            .is_err()
+        {
+            return true;
+        }
+        let waker = Waker::from(self.clone());
+        let mut future = lock(&self.future);
+        let ready = match future.as_mut() {
+            Some(f) => f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready(),
+            None => true,
+        };
+        if ready {
+            *future = None;
+        }
+        ready
+    }
+
+    /// After a poll, and after its thread learned whose it is now.
+    fn settle(self: &Arc<Self>, ready: bool) -> Settled {
+        if ready {
+            self.state.store(DONE, SeqCst);
+            if self.waits.load(SeqCst) {
+                let done = lock(&self.pool.live).remove(&self.key());
+                drop(done);
+            }
+            return Settled::Done;
+        }
+        // Owned by the pool before it may wait: once idle, another thread may
+        // wake it, run it and finish it at any moment.
+        if !self.waits.swap(true, SeqCst) {
+            lock(&self.pool.live).insert(self.key(), self.clone());
+        }
+        match self.state.compare_exchange(RUNNING, IDLE, SeqCst, SeqCst) {
+            Ok(_) => Settled::Waiting,
+            Err(_) => {
+                self.state.store(SCHEDULED, SeqCst);
+                Settled::Again
+            }
+        }
+    }
+}
+
+impl Task {
+    /// Drops its check unless a thread is polling it (the pool stopped).
+    fn cancel(&self) {
+        for from in [IDLE, SCHEDULED] {
+            if self
+                .state
+                .compare_exchange(from, DONE, SeqCst, SeqCst)
+                .is_ok()
+            {
+                let check = lock(&self.future).take();
+                drop(check);
+                // A thread of its own, parked until a wake, sees it done.
+                if let Some(thread) = &*lock(&self.home) {
+                    thread.unpark();
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Starts a pool thread (it joins the watchdog's list itself).
+fn spawn_worker(pool: &Arc<Shared>) -> std::io::Result<()> {
+    let worker = Arc::new(Worker {
+        thread: OnceLock::new(),
+        slot: Mutex::new(Slot::default()),
+    });
+    lock(&pool.workers).push(worker.clone());
+    let shared = pool.clone();
+    let spawned = std::thread::Builder::new()
+        .name(CHECK_THREAD_NAME.into())
+        .spawn(move || work(&shared, &worker));
+    if let Err(e) = spawned {
+        lock(&pool.workers).pop();
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A pool thread: polls queued tasks until the pool stops, or until the
+/// watchdog gives it to the task it is polling.
+fn work(pool: &Shared, me: &Worker) {
+    let _io = pool.io.enter();
+    me.thread.get_or_init(std::thread::current);
+    while let Some(task) = pool.next() {
+        lock(&me.slot).polling = Some((Instant::now(), task.clone()));
+        let ready = task.poll_once();
+        let given = {
+            let mut slot = lock(&me.slot);
+            slot.polling = None;
+            slot.given
+        };
+        // Settled only now: had the watchdog given this thread to the task,
+        // its wakes already come here.
+        match task.settle(ready) {
+            Settled::Again if !given => pool.push(task),
+            _ if given => {
+                drive(&task);
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Polls `task` on this thread, its home, until it is done.
+fn drive(task: &Arc<Task>) {
+    loop {
+        match task.state.load(SeqCst) {
+            DONE => return,
+            SCHEDULED => {
+                let ready = task.poll_once();
+                task.settle(ready);
+            }
+            _ => std::thread::park(),
+        }
+    }
+}
+
+/// Runs a task on a thread of its own from the start (its check blocks).
+fn own_thread(task: Arc<Task>) {
+    let pool = task.pool.clone();
+    let mine = task.clone();
+    let spawned = std::thread::Builder::new()
+        .name(CHECK_THREAD_NAME.into())
+        .spawn(move || {
+            let _io = mine.pool.io.enter();
+            // Before its first poll: nothing can wake it yet.
+            *lock(&mine.home) = Some(std::thread::current());
+            drive(&mine);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(executor = %task.executor.label, error = %e, "cannot start a thread for a health check; it runs on the pool");
+        pool.push(task);
+    }
+}
+
+/// The watchdog: gives a thread whose poll overran [`STALL_AFTER`] to its task,
+/// and puts a new thread in the pool in its place.
+fn watch(pool: &Arc<Shared>) {
+    loop {
+        std::thread::park_timeout(WATCH_EVERY);
+        if lock(&pool.queue).stopped {
+            return;
+        }
+        let now = Instant::now();
+        let mut given = 0;
+        lock(&pool.workers).retain(|worker| {
+            let mut slot = lock(&worker.slot);
+            let (Some((since, task)), Some(thread)) = (&slot.polling, worker.thread.get()) else {
+                return true;
+            };
+            let held = now.saturating_duration_since(*since);
+            if held < STALL_AFTER {
+                return true;
+            }
+            // Under the slot's lock, so the thread learns it before it settles
+            // the task, and every later wake of the task comes to it.
+            *lock(&task.home) = Some(thread.clone());
+            task.executor.blocked(held);
+            slot.given = true;
+            given += 1;
+            false
+        });
+        for _ in 0..given {
+            if let Err(e) = spawn_worker(pool) {
+                tracing::error!(error = %e, "cannot start a thread for the health-check pool");
+            }
+        }
+    }
+}
+
+/// Locks, ignoring poisoning: nothing here panics while holding a lock (checks
+/// are polled under [`Guarded`]'s `catch_unwind`).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `check` on a fresh pool of two threads and waits for its outcome.
+    fn run_on_pool<F>(checks: &AsyncChecks, executor: &Arc<Watched>, check: F) -> Outcome<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let waiting = checks.run(check, executor);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async { tokio::time::timeout(Duration::from_secs(30), waiting).await })
+            .expect("an outcome within 30 s")
+    }
+
+    fn watched() -> Arc<Watched> {
+        Watched::new("TestExecutor".into(), Arc::default())
+    }
+
+    #[test]
+    fn a_check_woken_while_it_runs_and_by_a_timer_finishes() {
+        let threads = CheckThreads::start(2).unwrap();
+        let outcome = run_on_pool(&threads.checks(), &watched(), async {
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            std::thread::current().name().map(str::to_owned)
+        });
+        assert_eq!(outcome, Ok(Some(CHECK_THREAD_NAME.to_owned())));
+        threads.shutdown_background();
+    }
+
+    #[test]
+    fn a_panic_comes_back_as_its_message_and_the_pool_goes_on() {
+        let threads = CheckThreads::start(1).unwrap();
+        let checks = threads.checks();
+        let outcome = run_on_pool(&checks, &watched(), async { panic!("poisoned") });
+        assert_eq!(outcome, Err::<(), _>("poisoned".into()));
+        assert_eq!(run_on_pool(&checks, &watched(), async { 7 }), Ok(7));
+        threads.shutdown_background();
+    }
+
+    #[test]
+    fn a_check_that_blocks_is_given_its_thread_finishes_there_and_later_runs_alone() {
+        let threads = CheckThreads::start(1).unwrap();
+        let checks = threads.checks();
+        let executor = watched();
+        // Blocks the pool's only thread, then waits (a wake that must reach
+        // the thread it was given), then answers.
+        let blocks = run_on_pool(&checks, &executor, async {
+            let pool_thread = std::thread::current().id();
+            std::thread::sleep(STALL_AFTER * 3);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            std::thread::current().id() == pool_thread
+        });
+        assert_eq!(blocks, Ok(true), "it finished on the thread it blocked");
+        assert_eq!(executor.stats.stalls.load(SeqCst), 1);
+        assert!(executor.blocks.load(SeqCst));
+        // Its next run starts on a thread of its own, and the pool has a
+        // thread for everyone else.
+        let pool_threads: Vec<_> = lock(&threads.pool.workers)
+            .iter()
+            .filter_map(|w| w.thread.get().map(Thread::id))
+            .collect();
+        assert_eq!(pool_threads.len(), 1, "the blocked thread was replaced");
+        let again = run_on_pool(&checks, &executor, async { std::thread::current().id() });
+        assert!(!pool_threads.contains(&again.unwrap()));
+        let other = run_on_pool(&checks, &watched(), async { std::thread::current().id() });
+        assert!(pool_threads.contains(&other.unwrap()));
+        assert_eq!(executor.stats.stalls.load(SeqCst), 1, "found once");
+        threads.shutdown_background();
+    }
+
+    #[test]
+    fn checks_not_started_when_the_pool_stops_are_cancelled() {
+        // A pool with no thread: whatever is queued stays queued.
+        let threads = CheckThreads::start(0).unwrap();
+        let queued = threads.checks().run(async { 1 }, &watched());
+        threads.shutdown_background();
+        let outcome = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(queued);
+        assert_eq!(outcome, Err("the check was cancelled".into()));
+    }
+}
