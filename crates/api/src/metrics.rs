@@ -225,6 +225,17 @@ impl Metrics {
                 vec![counter(vec![], value.load(Ordering::Relaxed))],
             ));
         }
+        families.push(family(
+            "overseer_actor_restarts_total",
+            "Core actors started again after they stopped or panicked.",
+            MetricType::COUNTER,
+            aggregator
+                .restarts
+                .by_actor()
+                .into_iter()
+                .map(|(actor, restarts)| counter(vec![("actor", actor.to_owned())], restarts))
+                .collect(),
+        ));
         families
     }
 }

@@ -9,9 +9,50 @@ use sea_orm::ConnectOptions;
 /// unreachable. Bounds start-up against a database that does not answer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a statement waits for a free pooled connection (and so how long a
-/// write or read waits on a database that stopped answering).
+/// How long a statement waits for a free pooled connection. The aggregator's
+/// writes and reads are bounded sooner, by [`write_timeout`] and [`read_timeout`].
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest bound on one write or read of the aggregator: on a healthy
+/// database a refresh takes milliseconds.
+pub const MIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The shortest bound on a read of every live row, whose work grows with the
+/// executors of other hosts (50,000 rows take about a second on a loaded
+/// Postgres).
+pub const MIN_FULL_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest bound on any of the aggregator's writes and reads.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one read of what changed (a refresh) may take before the report
+/// says `metadatabase: unhealthy`: the refresh interval, within
+/// [`MIN_STATEMENT_TIMEOUT`] and [`MIN_FULL_READ_TIMEOUT`]. So a database that
+/// stops answering (unreachable, or frozen with its connections open) shows
+/// within a refresh and this timeout, not after the pool's 10 s (the pool
+/// retries a refused connection until then) or a TCP timeout.
+pub fn read_timeout(refresh_interval: Duration) -> Duration {
+    refresh_interval.clamp(MIN_STATEMENT_TIMEOUT, MIN_FULL_READ_TIMEOUT)
+}
+
+/// How long a read of every live row (the aggregator's first, then one every
+/// few seconds) may take: the refresh interval, within
+/// [`MIN_FULL_READ_TIMEOUT`] and [`MAX_TIMEOUT`].
+pub fn full_read_timeout(refresh_interval: Duration) -> Duration {
+    refresh_interval.clamp(MIN_FULL_READ_TIMEOUT, MAX_TIMEOUT)
+}
+
+/// How long one flush (heartbeats and changed verdicts, one transaction), or
+/// ending the rows, may take before it counts as failed and its verdicts are
+/// kept for the next: two heartbeat intervals (one is due every interval, and
+/// the rows' liveness threshold is at least 2.1 of them), within
+/// [`MIN_STATEMENT_TIMEOUT`] and [`MAX_TIMEOUT`]. Nothing waits on a write (the
+/// report shows the verdicts meanwhile): this bounds a write to a database
+/// that stopped answering, which the driver alone would wait on for as long as
+/// the pool or TCP does.
+pub fn write_timeout(heartbeat_interval: Duration) -> Duration {
+    (heartbeat_interval * 2).clamp(MIN_STATEMENT_TIMEOUT, MAX_TIMEOUT)
+}
 
 /// Connections kept open: the aggregator's writes and reads, and a migration.
 pub const MAX_CONNECTIONS: u32 = 4;

@@ -18,9 +18,10 @@
 //! ```
 //!
 //! The host's own threads and runtime never run an actor or a check: the actors
-//! live on the `overseer-actors` thread, async checks on a small runtime of their
-//! own (`overseer-check` threads), blocking checks on a thread each. So a hung
-//! executor can delay nothing of the host's.
+//! live on the `overseer-actors` thread, async checks on a small pool of their
+//! own (`overseer-check` threads, watched: one that blocks its thread is given
+//! it, see [`crate::check::pool`]; their IO on `overseer-io` threads), blocking
+//! checks on a thread each. So a hung executor can delay nothing of the host's.
 
 mod thread;
 
@@ -35,15 +36,17 @@ use tokio_stream::wrappers::WatchStream;
 
 use crate::actors::aggregator::{AggregatorSettings, AggregatorStats};
 use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, PollSettings, RestartPolicy};
-use crate::check::Executor;
+use crate::check::pool::CheckThreads;
+use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
 use thread::{ActorsThread, Started};
 
-/// Worker threads of the runtime that runs async checks: checks mostly wait on
-/// the network, so two serve thousands of executors.
+/// Threads of the pool that polls async checks, kept free by its watchdog
+/// (a thread a check blocks is replaced): checks mostly wait on the network,
+/// so two serve thousands of executors.
 pub const CHECK_THREADS: usize = 2;
 
 /// Everything the actors need besides the database and the executors.
@@ -176,15 +179,11 @@ impl OverseerBuilder {
             })
             .collect();
         let aggregator_stats = Arc::new(AggregatorStats::default());
-        let checks = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(CHECK_THREADS)
-            .thread_name("overseer-check")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Runtime(format!("cannot start the check runtime: {e}")))?;
+        let checks = CheckThreads::start(CHECK_THREADS)
+            .map_err(|e| Error::Runtime(format!("cannot start the check threads: {e}")))?;
 
         let executor_stats = stats.iter().map(|(_, s)| s.clone()).collect();
-        let check_handle = checks.handle().clone();
+        let check_handle = checks.checks();
         let agg_stats = aggregator_stats.clone();
         let (actors, reports) = ActorsThread::spawn(checks, move || {
             start_actors(
@@ -233,7 +232,7 @@ async fn start_actors(
     executors: Vec<Executor>,
     stats: Vec<Arc<ExecutorStats>>,
     settings: Settings,
-    checks: tokio::runtime::Handle,
+    checks: AsyncChecks,
     aggregator_stats: Arc<AggregatorStats>,
 ) -> Result<Started> {
     let db = Database::connect(crate::connect::options(&url)).await?;
@@ -258,22 +257,28 @@ async fn start_actors(
     let report = HealthReport::build(&first, true, &settings.thresholds, now);
     let (reports_tx, reports_rx) = watch::channel(Arc::new(report));
 
-    let aggregator = Aggregator::new(
-        db,
-        session,
-        AggregatorSettings {
-            heartbeat_interval: settings.heartbeat_interval,
-            refresh_interval: settings.refresh_interval,
-            thresholds: settings.thresholds,
-        },
-        job_ids,
-        reports_tx,
-        first,
-        aggregator_stats,
-    )
-    .start();
+    // The core actors are built by the actors' thread, and built again should
+    // one of them stop or panic (see `thread`).
+    let reports_tx = Arc::new(reports_tx);
+    let aggregator_settings = AggregatorSettings {
+        heartbeat_interval: settings.heartbeat_interval,
+        refresh_interval: settings.refresh_interval,
+        thresholds: settings.thresholds,
+    };
+    let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
+    let stats_for_restarts = aggregator_stats.clone();
+    let make_aggregator = move || {
+        Aggregator::new(
+            db.clone(),
+            session.clone(),
+            aggregator_settings,
+            rows.clone(),
+            reports_tx.clone(),
+            aggregator_stats.clone(),
+        )
+    };
 
-    let polled = executors
+    let polled: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)> = executors
         .into_iter()
         .zip(stats)
         .map(|(executor, stats)| {
@@ -282,17 +287,18 @@ async fn start_actors(
                 executor,
                 stats.clone(),
                 settings.restart_policy,
-                Some(checks.clone()),
+                checks.clone(),
             );
             (actor.start_supervised(), stats, label)
         })
         .collect();
-    let supervisor =
-        HealthSupervisor::new(settings.poll, polled, aggregator.clone().recipient()).start();
+    let poll = settings.poll;
+    let make_supervisor = move |sink| HealthSupervisor::new(poll, polled.clone(), sink);
     tracing::info!(hostname = %settings.hostname, "supervising executors");
     Ok(Started {
-        supervisor,
-        aggregator,
+        supervisor: Box::new(make_supervisor),
+        aggregator: Box::new(make_aggregator),
+        stats: stats_for_restarts,
         reports: reports_rx,
     })
 }

@@ -368,26 +368,52 @@ pub struct HealthReport {
 
 impl HealthReport {
     /// Builds the report from rows read at `now` (`metadatabase_ok` false when the
-    /// read failed and `rows` are the last ones read).
+    /// read failed and `rows` are the last ones read), its JSON rendered.
     pub fn build(
         rows: &JobRows,
         metadatabase_ok: bool,
         thresholds: &Thresholds,
         now: DateTime<Utc>,
     ) -> Self {
+        let live: Vec<&job::Model> = rows.live.iter().collect();
+        let mut report = Self::assemble(
+            rows.most_recent.each_ref().map(Option::as_ref),
+            &live,
+            metadatabase_ok,
+            thresholds,
+            now,
+        );
+        report.render();
+        report
+    }
+
+    /// The report's content from rows given by reference (the aggregator's
+    /// merge of its own rows over the ones it read), without its JSON: compare
+    /// it with [`Self::same_content`] and [`Self::render`] it only when it
+    /// differs from the one published.
+    pub fn assemble(
+        most_recent: [Option<&job::Model>; 4],
+        live: &[&job::Model],
+        metadatabase_ok: bool,
+        thresholds: &Thresholds,
+        now: DateTime<Utc>,
+    ) -> Self {
         let alive =
             |row: &job::Model, job_type: JobType| is_alive(row, thresholds.of(job_type), now);
+        let of_type = |job_type: JobType| {
+            live.iter()
+                .copied()
+                .filter(move |r| r.job_type.as_deref() == Some(job_type.as_str()))
+                .filter(move |r| alive(r, job_type))
+        };
         let component = |job_type: JobType, required: bool| {
-            let latest = rows.most_recent[type_index(job_type)].as_ref();
+            let latest = most_recent[type_index(job_type)];
             let status = match latest {
                 Some(row) => Some(Status::from_ok(alive(row, job_type))),
                 None if required => Some(Status::Unhealthy),
                 None => None,
             };
-            let mut instances: Vec<(Option<String>, Option<DateTime<Utc>>)> = rows
-                .live
-                .iter()
-                .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()) && alive(r, job_type))
+            let mut instances: Vec<(Option<String>, Option<DateTime<Utc>>)> = of_type(job_type)
                 .map(|r| (r.hostname.clone(), r.latest_heartbeat))
                 .collect();
             instances.sort_by(|a, b| a.0.cmp(&b.0));
@@ -398,17 +424,11 @@ impl HealthReport {
             }
         };
 
-        let latest_executor = rows.most_recent[type_index(JobType::ExecutorJob)].as_ref();
+        let latest_executor = most_recent[type_index(JobType::ExecutorJob)];
         let executor = latest_executor
             .filter(|r| r.end_date.is_none())
             .map(|latest| {
-                let mut instances: Vec<ExecutorInstance> = rows
-                    .live
-                    .iter()
-                    .filter(|r| {
-                        r.job_type.as_deref() == Some(JobType::ExecutorJob.as_str())
-                            && alive(r, JobType::ExecutorJob)
-                    })
+                let mut instances: Vec<ExecutorInstance> = of_type(JobType::ExecutorJob)
                     .map(|r| ExecutorInstance {
                         executor: r.executor_class.clone(),
                         instance: r.executor_instance.clone(),
@@ -439,7 +459,7 @@ impl HealthReport {
                 }
             });
 
-        let mut report = Self {
+        Self {
             metadatabase: Status::from_ok(metadatabase_ok),
             scheduler: component(JobType::SchedulerJob, true).into(),
             triggerer: component(JobType::TriggererJob, false).into(),
@@ -447,9 +467,22 @@ impl HealthReport {
             executor,
             generated_at: now,
             json: String::new(),
-        };
-        report.json = serde_json::to_string(&report).expect("a report always serializes");
-        report
+        }
+    }
+
+    /// Renders the JSON of an [assembled](Self::assemble) report.
+    pub fn render(&mut self) {
+        self.json = serde_json::to_string(&*self).expect("a report always serializes");
+    }
+
+    /// True when both reports say the same (their JSON would be the same),
+    /// whenever each was built.
+    pub fn same_content(&self, other: &Self) -> bool {
+        self.metadatabase == other.metadatabase
+            && self.scheduler == other.scheduler
+            && self.triggerer == other.triggerer
+            && self.dag_processor == other.dag_processor
+            && self.executor == other.executor
     }
 
     /// The JSON body of `/api/v2/monitor/health`, rendered when the report was built.

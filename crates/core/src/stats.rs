@@ -1,5 +1,5 @@
-//! Counters the actors keep per executor, read without asking the actors
-//! (they feed `/metrics` and the tests).
+//! Counters the actors keep per executor, and the restarts of the two core
+//! actors, read without asking the actors (they feed `/metrics` and the tests).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,6 +23,11 @@ pub struct ExecutorStats {
     pub checks_running: AtomicU64,
     /// The most checks ever running at once.
     pub checks_running_max: AtomicU64,
+    /// Polls of the async check that held a pool thread past
+    /// [`STALL_AFTER`](crate::check::pool::STALL_AFTER): each cost the pool that
+    /// thread (another took its place), and the check runs on threads of its
+    /// own since the first.
+    pub stalls: AtomicU64,
     /// Answered polls by duration: how many took at most each of
     /// [`POLL_BUCKETS_SECONDS`] (cumulative, as Prometheus histograms count).
     pub poll_buckets: [AtomicU64; POLL_BUCKETS_SECONDS.len()],
@@ -57,6 +62,8 @@ pub struct StatsSnapshot {
     pub checks_running: u64,
     /// See [`ExecutorStats::checks_running_max`].
     pub checks_running_max: u64,
+    /// See [`ExecutorStats::stalls`].
+    pub stalls: u64,
 }
 
 impl ExecutorStats {
@@ -72,6 +79,7 @@ impl ExecutorStats {
             restarts: get(&self.restarts),
             checks_running: get(&self.checks_running),
             checks_running_max: get(&self.checks_running_max),
+            stalls: get(&self.stalls),
         }
     }
 
@@ -106,5 +114,25 @@ pub(crate) struct RunningCheck(std::sync::Arc<ExecutorStats>);
 impl Drop for RunningCheck {
     fn drop(&mut self) {
         self.0.checks_running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Restarts of the two core actors: each time one stopped or panicked and the
+/// actors' thread started it again (see [`crate::overseer`]).
+#[derive(Debug, Default)]
+pub struct ActorRestarts {
+    /// The `HealthSupervisor` (also restarted with the aggregator, to poll it).
+    pub supervisor: AtomicU64,
+    /// The `Aggregator`.
+    pub aggregator: AtomicU64,
+}
+
+impl ActorRestarts {
+    /// Each core actor's name, as `/metrics` labels it, with its count.
+    pub fn by_actor(&self) -> [(&'static str, u64); 2] {
+        [
+            ("supervisor", self.supervisor.load(Ordering::Relaxed)),
+            ("aggregator", self.aggregator.load(Ordering::Relaxed)),
+        ]
     }
 }

@@ -4,6 +4,18 @@
 //! when to call. Each function issues a fixed number of statements. Only what
 //! the service itself calls is public: tests read and write rows through the
 //! entity ([`crate::entity::job`]) like any other reader of the table.
+//!
+//! What a flush writes, and what `executor_health_checked_at` means:
+//!
+//! | statement | rows | sets |
+//! | --- | --- | --- |
+//! | the heartbeat (always) | every open row of this session | `latest_heartbeat = now`, and `executor_health_checked_at = now` where a verdict was written |
+//! | the verdicts (when any changed) | only the rows whose verdict (health or reason) changed | `executor_health`, `executor_health_reason`, `executor_health_checked_at` = when the verdict was made |
+//!
+//! So `executor_health_checked_at` is the last time this process stood behind
+//! the verdict: the moment it was made, then the time of every heartbeat while
+//! it holds. An unchanged verdict costs no statement of its own, and its
+//! `checked_at` is never older than the row's heartbeat.
 
 use std::time::Duration;
 
@@ -45,17 +57,27 @@ impl Session {
 
     /// The filter that selects this session's open executor rows.
     fn rows(&self) -> Condition {
+        self.owns().add(Column::EndDate.is_null())
+    }
+
+    /// The filter that selects this session's rows, ended or not. Each column
+    /// is also tested for `NULL`, so that the condition is never `NULL` itself
+    /// and its negation selects every other row, whatever they hold.
+    fn owns(&self) -> Condition {
         Condition::all()
+            .add(Column::JobType.is_not_null())
             .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .add(Column::Hostname.is_not_null())
             .add(Column::Hostname.eq(self.hostname.as_str()))
+            .add(Column::Unixname.is_not_null())
             .add(Column::Unixname.eq(self.unixname.as_str()))
+            .add(Column::StartDate.is_not_null())
             .add(Column::StartDate.eq(self.started))
-            .add(Column::EndDate.is_null())
     }
 }
 
 /// A time cut to the microsecond, the precision every backend stores.
-fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
     at.with_nanosecond(at.nanosecond() / 1_000 * 1_000)
         .unwrap_or(at)
 }
@@ -170,13 +192,16 @@ pub struct VerdictRow {
     pub id: i32,
     /// The verdict: `executor_health` and `executor_health_reason`.
     pub health: ExecutorHealth,
-    /// `executor_health_checked_at`: when the verdict was made.
+    /// `executor_health_checked_at`: when the verdict was made (or, for one
+    /// written late, the last heartbeat it held through).
     pub checked_at: DateTime<Utc>,
 }
 
-/// Writes this session's heartbeats and the given verdicts in one transaction of
-/// at most two statements, whatever the number of executors: one heartbeat
-/// update selected by the session, one verdict update whose `CASE` carries every
+/// Writes this session's heartbeats and the given verdicts (those that changed)
+/// in one transaction of at most two statements, whatever the number of
+/// executors: one heartbeat update selected by the session, which also moves
+/// every written verdict's `executor_health_checked_at` to `now` (the verdict
+/// holds), and, when `verdicts` is not empty, one update that joins every
 /// changed row. Returns the number of statements run.
 pub async fn flush<C>(
     db: &C,
@@ -187,9 +212,16 @@ pub async fn flush<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
+    let now = to_micros(now);
+    let held: Expr = Expr::case(
+        Column::ExecutorHealthCheckedAt.is_not_null(),
+        Expr::val(now),
+    )
+    .into();
     let txn = db.begin().await?;
     Job::update_many()
-        .col_expr(Column::LatestHeartbeat, Expr::val(to_micros(now)))
+        .col_expr(Column::LatestHeartbeat, Expr::val(now))
+        .col_expr(Column::ExecutorHealthCheckedAt, held)
         .filter(session.rows())
         .exec(&txn)
         .await?;
@@ -295,14 +327,94 @@ pub async fn finish(
 
 /// Reads what a report needs, in five statements whatever the table holds: the
 /// most recent job of each type (Airflow's rule), and the open `running` rows
-/// whose heartbeat is younger than `horizon`.
+/// whose heartbeat is younger than `horizon`, of every host and session.
 pub async fn report_rows<C>(db: &C, now: DateTime<Utc>, horizon: Duration) -> Result<JobRows>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    // One snapshot for all five reads, so a write landing between two of them
-    // cannot make the report contradict itself. SQLite's transactions are
-    // serializable already and take no isolation level.
+    let read = in_snapshot(db, async |txn| {
+        read_rows(txn, Rows::Live { except: None }, now, horizon).await
+    })
+    .await?;
+    Ok(JobRows {
+        most_recent: read.most_recent,
+        live: read.rows,
+    })
+}
+
+/// Which rows besides the most recent ones a read returns.
+#[derive(Debug, Clone, Copy)]
+enum Rows<'a> {
+    /// The open `running` rows younger than the horizon, but `except`'s.
+    Live { except: Option<&'a Session> },
+    /// Every row but `except`'s whose heartbeat, end or verdict time is at or
+    /// after `since`, whatever its state: what changed since then.
+    Changed {
+        except: &'a Session,
+        since: DateTime<Utc>,
+    },
+}
+
+/// What one read of the table for a report returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowsRead {
+    /// The most recent job of each type (of every host, this session's rows
+    /// included), in [`JobType::ALL`]'s order.
+    pub most_recent: [Option<job::Model>; 4],
+    /// The rows read, never this session's: every live one when `full`, else
+    /// the ones that changed.
+    pub rows: Vec<job::Model>,
+    /// The rows are all the live ones, not only the ones that changed.
+    pub full: bool,
+}
+
+/// Reads what a report needs besides this session's own rows (the caller holds
+/// those), in five statements whatever the table holds: the most recent job of
+/// each type, and either every other live row (`since` is `None`) or only the
+/// other rows whose heartbeat, `end_date` or verdict time is at or after `since`
+/// (a row that ended, or whose heartbeat or verdict moved, since then).
+pub async fn read_for_report<C>(
+    db: &C,
+    session: &Session,
+    since: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    horizon: Duration,
+) -> Result<RowsRead>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let rows = match since {
+        Some(since) => Rows::Changed {
+            except: session,
+            since,
+        },
+        None => Rows::Live {
+            except: Some(session),
+        },
+    };
+    in_snapshot(db, async |txn| read_rows(txn, rows, now, horizon).await).await
+}
+
+/// This session's rows as the table holds them (to take their verdicts back
+/// after the aggregator restarts): one statement.
+pub async fn session_rows(db: &impl ConnectionTrait, session: &Session) -> Result<Vec<job::Model>> {
+    Ok(Job::find()
+        .filter(session.rows())
+        .order_by(Column::Id, Order::Asc)
+        .all(db)
+        .await?)
+}
+
+/// Runs `read` in one snapshot, so that a write landing between two of its
+/// statements cannot make the report contradict itself. SQLite's transactions
+/// are serializable already and take no isolation level.
+async fn in_snapshot<C, T>(
+    db: &C,
+    read: impl AsyncFnOnce(&C::Transaction) -> Result<T>,
+) -> Result<T>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
     let txn = match db.get_database_backend() {
         DbBackend::Sqlite => db.begin().await?,
         _ => {
@@ -313,35 +425,69 @@ where
             .await?
         }
     };
-    let rows = read_report_rows(&txn, now, horizon).await?;
+    let read = read(&txn).await?;
     txn.commit().await?;
-    Ok(rows)
+    Ok(read)
 }
 
-async fn read_report_rows(
+async fn read_rows(
     db: &impl ConnectionTrait,
+    rows: Rows<'_>,
     now: DateTime<Utc>,
     horizon: Duration,
-) -> Result<JobRows> {
-    let mut rows = JobRows::default();
-    for (slot, job_type) in rows.most_recent.iter_mut().zip(JobType::ALL) {
+) -> Result<RowsRead> {
+    let mut read = RowsRead::default();
+    for (slot, job_type) in read.most_recent.iter_mut().zip(JobType::ALL) {
         *slot = most_recent(db, job_type).await?;
     }
-    let since = now - chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
-    // SQLite compares timestamps as text, and Airflow's rows there are naive
-    // ("2026-11-29 19:48:48"): compare in that form so they are not left out.
-    let since: sea_orm::Value = match db.get_database_backend() {
-        DbBackend::Sqlite => since.naive_utc().into(),
-        _ => since.into(),
+    let backend = db.get_database_backend();
+    let query = match rows {
+        Rows::Live { except } => {
+            read.full = true;
+            let since = now - chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
+            let mut query = Job::find()
+                .filter(Column::State.eq(JobState::Running.as_str()))
+                .filter(Column::EndDate.is_null())
+                .filter(at_or_after(backend, Column::LatestHeartbeat, since));
+            if let Some(session) = except {
+                query = query.filter(session.owns().not());
+            }
+            query
+        }
+        Rows::Changed { except, since } => Job::find().filter(except.owns().not()).filter(
+            Condition::any()
+                .add(at_or_after(backend, Column::LatestHeartbeat, since))
+                .add(at_or_after(backend, Column::EndDate, since))
+                .add(at_or_after(backend, Column::ExecutorHealthCheckedAt, since)),
+        ),
     };
-    rows.live = Job::find()
-        .filter(Column::State.eq(JobState::Running.as_str()))
-        .filter(Column::EndDate.is_null())
-        .filter(Column::LatestHeartbeat.gte(since))
-        .order_by(Column::Id, Order::Asc)
-        .all(db)
-        .await?;
-    Ok(rows)
+    read.rows = query.order_by(Column::Id, Order::Asc).all(db).await?;
+    Ok(read)
+}
+
+/// `column >= at`, as each backend compares its stored times. Postgres and
+/// MySQL compare times. SQLite compares text, and holds two forms: Airflow's
+/// naive `2026-11-29 19:48:48.365305` and sqlx's `2026-11-29T19:48:48.365305+00:00`.
+/// A `T` sorts after a space, so each form is compared with a bound of its
+/// own form: a naive value of `at`'s day from `at`'s naive time on (and below
+/// the day's `T` values), or any value at or after `at` in sqlx's form (which
+/// also takes every later day, in both forms).
+fn at_or_after(backend: DbBackend, column: Column, at: DateTime<Utc>) -> Condition {
+    match backend {
+        DbBackend::Sqlite => {
+            let naive = at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+            let day_in_sqlx_form = at.format("%Y-%m-%dT").to_string();
+            let sqlx_form = to_micros(at).to_rfc3339_opts(SecondsFormat::AutoSi, false);
+            Condition::any()
+                .add(
+                    Condition::all()
+                        .add(column.gte(naive))
+                        .add(column.lt(day_in_sqlx_form)),
+                )
+                .add(column.gte(sqlx_form))
+        }
+        _ => Condition::all().add(column.gte(at)),
+    }
 }
 
 /// Airflow's "most recent job" of a type, by Airflow's own query

@@ -13,10 +13,13 @@
 //!   with its transaction and row count; on MariaDB the session's `Com_*`
 //!   counters. SQLite has no server; its driver's log is the count there.
 //!
-//! The last test holds a whole running [`Overseer`] (its aggregator, the path
-//! production takes) to the same bound, as Postgres saw its transactions.
+//! A flush whose verdicts did not change runs the heartbeat alone: one
+//! statement. The last test holds a whole running [`Overseer`] (its aggregator,
+//! the path production takes) to the same bound, as Postgres saw its
+//! transactions, and to writes that follow the change: each verdict written
+//! once when it changes, never while it holds.
 
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -440,6 +443,34 @@ async fn one_flush_runs_at_most_two_statements_in_one_transaction_whatever_the_e
             assert_eq!(healthy as usize, n.div_ceil(2), "{backend:?}");
 
             seen.push((statements.len(), server.map(|s| s.statements)));
+
+            // With no verdict changed since, a flush is the heartbeat alone: one
+            // statement, touching every row of the session.
+            let mark = server_mark(&db, &conn).await;
+            let from = driver_log_len();
+            let ran_count = storage::flush(&conn, &session, Utc::now(), &[])
+                .await
+                .unwrap();
+            let ran = logged_since(from);
+            let server = server_count(&db, &conn, mark).await;
+            let rows: Vec<u64> = ran
+                .iter()
+                .filter(|s| !s.is_transaction_control())
+                .map(|s| s.rows_affected)
+                .collect();
+            assert_eq!(
+                (ran_count, rows),
+                (1, vec![n as u64]),
+                "{backend:?}, {n} executors, nothing changed: {}",
+                brief(&ran)
+            );
+            if let Some(server) = server {
+                assert_eq!(
+                    (server.statements, server.transactions),
+                    (1, 1),
+                    "{backend:?}, {n} executors, nothing changed"
+                );
+            }
         }
         // Constant: a thousand executors cost what one does.
         assert!(
@@ -450,33 +481,91 @@ async fn one_flush_runs_at_most_two_statements_in_one_transaction_whatever_the_e
     }
 }
 
+/// A check whose answer the test sets, shared by many executors.
 #[derive(Clone)]
-struct Healthy;
+struct Switch(Arc<Mutex<ExecutorHealth>>);
+
+impl Switch {
+    fn new(health: ExecutorHealth) -> Self {
+        Self(Arc::new(Mutex::new(health)))
+    }
+
+    fn set(&self, health: ExecutorHealth) {
+        *self.0.lock().unwrap() = health;
+    }
+}
 
 #[async_trait::async_trait]
-impl HealthCheck for Healthy {
+impl HealthCheck for Switch {
     async fn get_health(&self) -> ExecutorHealth {
-        ExecutorHealth::Healthy
+        self.0.lock().unwrap().clone()
     }
 }
 
 /// How long the running Overseer may take to make the flushes the test reads.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Flushes with verdicts the running Overseer must have made before the test
-/// reads what the server saw.
+/// Heartbeat-only flushes the running Overseer must have made, with no
+/// verdict changing, before the test reads what the server saw.
 const FLUSHES_SEEN: i64 = 3;
 
+/// Waits (boundedly) until the scalar `sql` reads at least `at_least`.
+async fn scalar_until(db: &TestDb, what: &str, sql: &str, at_least: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let value = scalar(&db.conn, sql).await;
+        if value >= at_least {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {value} of {at_least} within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the server logged after statement `mark`: the rows every verdict
+/// update touched (an update that is not the first statement of its
+/// transaction: the heartbeat comes first), and the flushes that heartbeat
+/// every one of `n` rows and write nothing else.
+fn after(mark: i64, n: usize) -> (String, String) {
+    (
+        format!(
+            "SELECT coalesce(sum(touched), 0)::bigint FROM statement_log s WHERE id > {mark} \
+             AND op = 'UPDATE' AND id > (SELECT min(id) FROM statement_log t WHERE t.txid = s.txid)"
+        ),
+        format!(
+            "SELECT count(*) FROM (SELECT txid FROM statement_log WHERE id > {mark} \
+             GROUP BY txid HAVING count(*) = 1 AND max(touched) = {n}) AS flushes"
+        ),
+    )
+}
+
+/// A running Overseer, as Postgres saw its transactions: every flush heartbeats
+/// all 1,000 rows in one statement, a verdict is written once when it changes
+/// and never while it holds, and no transaction runs more than two statements.
 #[tokio::test]
-async fn a_running_overseer_writes_no_transaction_of_more_than_two_statements_on_postgres() {
+async fn a_running_overseer_writes_heartbeats_every_flush_and_verdicts_only_when_they_change_on_postgres()
+ {
     let Some(db) = overseer_testkit::postgres().await else {
         return;
     };
     Migrator::up(&db.conn, None).await.unwrap();
     install_server_count(&db).await;
 
-    let executors = (0..EXECUTORS[1]).map(|i| {
-        Executor::new(format!("e{i}:CeleryExecutor"), Healthy)
+    let n = EXECUTORS[1];
+    let (even, odd) = (
+        Switch::new(ExecutorHealth::Healthy),
+        Switch::new(ExecutorHealth::Healthy),
+    );
+    let executors = (0..n).map(|i| {
+        let check = if i % 2 == 0 {
+            even.clone()
+        } else {
+            odd.clone()
+        };
+        Executor::new(format!("e{i}:CeleryExecutor"), check)
             .with_instance(format!("redis://broker-{i}:6379/0"))
     });
     let overseer = Overseer::builder()
@@ -491,21 +580,58 @@ async fn a_running_overseer_writes_no_transaction_of_more_than_two_statements_on
         .await
         .unwrap();
 
-    // A bounded wait on what the server logged: flushes that carried verdicts
-    // are transactions that heartbeat every row and write something more.
-    let flushes_with_verdicts = format!(
-        "SELECT count(*) FROM (SELECT txid FROM statement_log GROUP BY txid \
-         HAVING max(touched) = {} AND count(*) > 1) AS flushes",
-        EXECUTORS[1]
+    // Every executor's first verdict is written once: 1,000 verdict rows.
+    let (verdicts, _) = after(0, n);
+    let written = scalar_until(&db, "the first verdicts written", &verdicts, n as i64).await;
+    assert_eq!(written, n as i64, "each first verdict written once");
+
+    // While the verdicts hold, flushes heartbeat and write nothing more.
+    let mark = scalar(
+        &db.conn,
+        "SELECT coalesce(max(id), 0)::bigint FROM statement_log",
+    )
+    .await;
+    let (verdicts, heartbeats_only) = after(mark, n);
+    scalar_until(
+        &db,
+        "heartbeat-only flushes",
+        &heartbeats_only,
+        FLUSHES_SEEN,
+    )
+    .await;
+    assert_eq!(
+        scalar(&db.conn, &verdicts).await,
+        0,
+        "no verdict rewritten while it holds"
     );
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while scalar(&db.conn, &flushes_with_verdicts).await < FLUSHES_SEEN {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{FLUSHES_SEEN} flushes with verdicts not seen within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+
+    // Half the executors change: their 500 rows are written, once.
+    odd.set(ExecutorHealth::unhealthy("broker refused the connection"));
+    let written = scalar_until(
+        &db,
+        "the changed verdicts written",
+        &verdicts,
+        (n / 2) as i64,
+    )
+    .await;
+    let mark = scalar(
+        &db.conn,
+        "SELECT coalesce(max(id), 0)::bigint FROM statement_log",
+    )
+    .await;
+    let (_, heartbeats_only) = after(mark, n);
+    scalar_until(
+        &db,
+        "heartbeat-only flushes after the change",
+        &heartbeats_only,
+        FLUSHES_SEEN,
+    )
+    .await;
+    assert_eq!(
+        (written, scalar(&db.conn, &verdicts).await),
+        ((n / 2) as i64, (n / 2) as i64),
+        "only the changed verdicts written, once"
+    );
     overseer.shutdown().await.unwrap();
 
     // Every transaction that wrote `job`, from start-up (closing crashed rows,
@@ -538,14 +664,5 @@ async fn a_running_overseer_writes_no_transaction_of_more_than_two_statements_on
                 .filter(|(statements, _)| *statements as usize > MAX_STATEMENTS)
                 .collect::<Vec<_>>()
         )
-    );
-    // Every flush heartbeats all 1,000 rows in its one statement.
-    let heartbeats = transactions
-        .iter()
-        .filter(|(_, touched)| *touched == EXECUTORS[1] as i64)
-        .count();
-    assert!(
-        heartbeats as i64 > FLUSHES_SEEN,
-        "flushes that touched every row: {heartbeats}"
     );
 }

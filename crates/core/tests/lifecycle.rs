@@ -1,7 +1,8 @@
 //! The Jobs table through a whole run, on real databases: rows inserted and
 //! heartbeating with their verdicts, ended with `success` on shutdown, crashed
-//! rows closed on the next start, and a Postgres outage survived with no
-//! verdict lost.
+//! rows closed on the next start, a Postgres outage survived with no verdict
+//! lost, refreshes that never read this process's own rows, and a JSON
+//! rendered only when the report changes.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -187,7 +188,12 @@ async fn a_run_leaves_running_rows_with_verdicts_then_success(db: TestDb) {
     );
     assert_eq!(by_class("LocalExecutor").health, ExecutorHealth::Unknown);
 
-    let rows = executor_rows(&db.conn).await;
+    // The report shows this process's verdicts as soon as they are made; the
+    // table has them after the next flush.
+    let rows = rows_until(&db.conn, "three verdicts written", |rows| {
+        rows.iter().all(|r| r.executor_health_checked_at.is_some())
+    })
+    .await;
     assert_eq!(rows.len(), 3, "{:?}: one row per executor", db.backend);
     for row in &rows {
         assert_eq!(row.state().unwrap(), Some(JobState::Running));
@@ -370,6 +376,13 @@ async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_re
         executor.poll_count.load(Ordering::Relaxed) >= answered + 2
     })
     .await;
+    // A write waits for the database up to its timeout (two heartbeats, here
+    // under the outage's length) before it counts as failed.
+    let stats = overseer.aggregator_stats();
+    until("a write failed during the outage", || {
+        stats.flush_failures.load(Ordering::Relaxed) > 0
+    })
+    .await;
 
     server.resume().unwrap();
     report_until(
@@ -385,17 +398,16 @@ async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_re
         },
     )
     .await;
-    assert!(
-        overseer
-            .aggregator_stats()
-            .flush_failures
-            .load(Ordering::Relaxed)
-            > 0,
-        "writes failed during the outage"
-    );
+    // The report shows this process's verdict from memory; the table has it
+    // once the database is back, before any shutdown writes it.
+    let db = sea_orm::Database::connect(server.url()).await.unwrap();
+    rows_until(&db, "the latest verdict written after the outage", |rows| {
+        rows.iter()
+            .any(|r| r.executor_health_reason.as_deref() == Some("broker down during the outage"))
+    })
+    .await;
     overseer.shutdown().await.unwrap();
 
-    let db = sea_orm::Database::connect(server.url()).await.unwrap();
     let rows = executor_rows(&db).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].executor_health, "unhealthy");
@@ -446,5 +458,69 @@ async fn a_check_quoting_a_password_never_writes_it() {
     })
     .await;
     assert!(!report.json().contains("hunter2"), "{}", report.json());
+    overseer.shutdown().await.unwrap();
+}
+
+/// A refresh never reads this process's own rows (the report holds them), and
+/// with nothing changed elsewhere it reads none at all.
+#[tokio::test]
+async fn a_refresh_reads_no_row_of_its_own() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = quick(&db.url, "sched-1")
+        .executor(Executor::new(
+            "CeleryExecutor",
+            Switch::new(ExecutorHealth::Healthy),
+        ))
+        .start()
+        .await
+        .unwrap();
+    report_until(&overseer, "the verdict", |r| {
+        r.executor
+            .as_ref()
+            .is_some_and(|e| e.instances.iter().any(|i| i.checked_at.is_some()))
+    })
+    .await;
+    let stats = overseer.aggregator_stats();
+    let reads = stats.reads.load(Ordering::Relaxed);
+    until("five more reads", || {
+        stats.reads.load(Ordering::Relaxed) >= reads + 5
+    })
+    .await;
+    assert_eq!(stats.last_read_rows.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.refresh_failures.load(Ordering::Relaxed), 0);
+    overseer.shutdown().await.unwrap();
+}
+
+/// The JSON is rendered only when the report says something new: with no
+/// executor and nothing in the table, refreshes render nothing; a scheduler
+/// that starts heartbeating is rendered, and shown.
+#[tokio::test]
+async fn the_json_is_rendered_only_when_the_report_changes() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = quick(&db.url, "sched-1").start().await.unwrap();
+    let stats = overseer.aggregator_stats();
+    until("five reads", || stats.reads.load(Ordering::Relaxed) >= 5).await;
+    assert_eq!(
+        stats.renders.load(Ordering::Relaxed),
+        0,
+        "nothing changed: {}",
+        overseer.report().json()
+    );
+
+    let now = Utc::now().format("%Y-%m-%d %H:%M:%S%.6f");
+    db.execute_script(&format!(
+        "INSERT INTO job (state, job_type, start_date, latest_heartbeat, hostname, unixname, \
+         executor_health) VALUES ('running', 'SchedulerJob', '{now}', '{now}', 'sched-2', \
+         'airflow', 'unknown')"
+    ))
+    .await;
+    let report = report_until(&overseer, "the scheduler", |r| {
+        r.scheduler.instances.len() == 1
+    })
+    .await;
+    assert_eq!(report.scheduler.status, Some(Status::Healthy));
+    assert!(stats.renders.load(Ordering::Relaxed) >= 1);
     overseer.shutdown().await.unwrap();
 }

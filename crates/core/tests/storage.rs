@@ -275,3 +275,181 @@ async fn rows_by_id(db: &TestDb, ids: &[i32]) -> Vec<job::Model> {
     }
     rows
 }
+
+/// `executor_health_checked_at` through three flushes: a verdict written
+/// carries the time it was made; while it holds, each heartbeat moves it to the
+/// heartbeat's time, with no statement of its own; a row with no verdict keeps
+/// none.
+#[tokio::test]
+async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps_its_time() {
+    for db in migrated().await {
+        let session = Session {
+            hostname: "sched-1".into(),
+            unixname: "airflow".into(),
+            started: at(19, 0, 0, 0),
+        };
+        let keys: Vec<(String, Option<String>)> = (0..3)
+            .map(|i| (format!("e{i}:CeleryExecutor"), None))
+            .collect();
+        let ids = storage::register(&db.conn, &session, &keys).await.unwrap();
+        let verdict = |id: i32, health: ExecutorHealth, checked_at| VerdictRow {
+            id,
+            health,
+            checked_at,
+        };
+
+        // 19:00:05: two verdicts, made at 19:00:04.5.
+        let made = at(19, 0, 4, 500_000);
+        let first = vec![
+            verdict(ids[0], ExecutorHealth::Healthy, made),
+            verdict(ids[1], ExecutorHealth::unhealthy("broker down"), made),
+        ];
+        storage::flush(&db.conn, &session, at(19, 0, 5, 0), &first)
+            .await
+            .unwrap();
+        let checked = |rows: &[job::Model]| -> Vec<Option<DateTime<Utc>>> {
+            rows.iter().map(|r| r.executor_health_checked_at).collect()
+        };
+        let rows = rows_by_id(&db, &ids).await;
+        assert_eq!(
+            checked(&rows),
+            [Some(made), Some(made), None],
+            "{:?}",
+            db.backend
+        );
+
+        // 19:00:10: nothing changed: both verdicts are checked as of the heartbeat.
+        let statements = storage::flush(&db.conn, &session, at(19, 0, 10, 0), &[])
+            .await
+            .unwrap();
+        assert_eq!(statements, 1);
+        let rows = rows_by_id(&db, &ids).await;
+        let beat = Some(at(19, 0, 10, 0));
+        assert_eq!(checked(&rows), [beat, beat, None], "{:?}", db.backend);
+        assert!(rows.iter().all(|r| r.latest_heartbeat == beat));
+        assert_eq!(
+            rows[1].executor_health().unwrap(),
+            ExecutorHealth::unhealthy("broker down")
+        );
+
+        // 19:00:15: the second recovered at 19:00:12; the first still holds.
+        let recovered = at(19, 0, 12, 0);
+        storage::flush(
+            &db.conn,
+            &session,
+            at(19, 0, 15, 0),
+            &[verdict(ids[1], ExecutorHealth::Healthy, recovered)],
+        )
+        .await
+        .unwrap();
+        let rows = rows_by_id(&db, &ids).await;
+        assert_eq!(
+            checked(&rows),
+            [Some(at(19, 0, 15, 0)), Some(recovered), None],
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(rows[1].executor_health().unwrap(), ExecutorHealth::Healthy);
+        assert_eq!(rows[1].executor_health_reason, None);
+    }
+}
+
+/// What a refresh reads: never the rows of its own session (it holds those),
+/// at first every other live row, then only the rows whose heartbeat, end or
+/// verdict time is at or after the time asked, in both of SQLite's time forms.
+#[tokio::test]
+async fn a_refresh_reads_other_sessions_rows_and_then_only_what_changed() {
+    for db in all_backends().await {
+        db.create_airflow_job_table().await;
+        Migrator::up(&db.conn, None).await.unwrap();
+        let ours = Session {
+            hostname: "sched-1".into(),
+            unixname: "airflow".into(),
+            started: at(19, 0, 0, 0),
+        };
+        let theirs = Session {
+            hostname: "sched-2".into(),
+            ..ours.clone()
+        };
+        let key = |class: &str| vec![(class.to_owned(), Some("redis://broker:6379/0".to_owned()))];
+        let own = storage::register(&db.conn, &ours, &key("CeleryExecutor"))
+            .await
+            .unwrap();
+        let other = storage::register(&db.conn, &theirs, &key("CeleryExecutor"))
+            .await
+            .unwrap();
+        // A scheduler as Airflow writes it (naive text on SQLite), heartbeat 19:00:20.
+        let scheduler_beat = match db.backend {
+            DbBackend::Postgres => "'2026-11-29 19:00:20+00'",
+            _ => "'2026-11-29 19:00:20.000000'",
+        };
+        db.execute_script(&format!(
+            "INSERT INTO job (state, job_type, start_date, latest_heartbeat, hostname, unixname, executor_health) \
+             VALUES ('running', 'SchedulerJob', {scheduler_beat}, {scheduler_beat}, 'sched-1', 'airflow', 'unknown')"
+        ))
+        .await;
+        let horizon = Duration::from_secs(60);
+        let ids = |read: &storage::RowsRead| read.rows.iter().map(|r| r.id).collect::<Vec<_>>();
+
+        // The first read: every live row but our own.
+        let now = at(19, 0, 30, 0);
+        let read = storage::read_for_report(&db.conn, &ours, None, now, horizon)
+            .await
+            .unwrap();
+        assert!(read.full);
+        let scheduler = read
+            .rows
+            .iter()
+            .find(|r| r.job_type.as_deref() == Some("SchedulerJob"))
+            .map(|r| r.id)
+            .unwrap_or_else(|| panic!("{:?}: the scheduler row", db.backend));
+        assert_eq!(ids(&read), [other[0], scheduler], "{:?}", db.backend);
+        // The most recent executor job is still Airflow's rule over every row.
+        assert!(read.most_recent[3].is_some(), "{:?}", db.backend);
+
+        // Nothing changed at or after 19:00:21.
+        let changed = |since| storage::read_for_report(&db.conn, &ours, Some(since), now, horizon);
+        let read = changed(at(19, 0, 21, 0)).await.unwrap();
+        assert!(!read.full);
+        assert_eq!(ids(&read), Vec::<i32>::new(), "{:?}", db.backend);
+        // The scheduler's heartbeat (19:00:20, naive on SQLite) is at or after 19:00:20.
+        assert_eq!(
+            ids(&read_at(&changed, 20).await),
+            [scheduler],
+            "{:?}",
+            db.backend
+        );
+
+        // Both sessions heartbeat at 19:00:25: only the other one's row is read.
+        for session in [&ours, &theirs] {
+            storage::flush(&db.conn, session, at(19, 0, 25, 0), &[])
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            ids(&read_at(&changed, 24).await),
+            [other[0]],
+            "{:?}",
+            db.backend
+        );
+        assert_eq!(ids(&read_at(&changed, 26).await), Vec::<i32>::new());
+
+        // The other session ends at 19:00:28: its row is read once more, ended.
+        storage::finish(&db.conn, &theirs, at(19, 0, 28, 0))
+            .await
+            .unwrap();
+        let read = read_at(&changed, 27).await;
+        assert_eq!(ids(&read), [other[0]], "{:?}", db.backend);
+        assert!(read.rows[0].end_date.is_some());
+        assert_eq!(own.len(), 1);
+    }
+}
+
+/// A read of what changed at or after 19:00:`second`.
+async fn read_at<F, Fut>(changed: &F, second: u32) -> storage::RowsRead
+where
+    F: Fn(DateTime<Utc>) -> Fut,
+    Fut: Future<Output = overseer_core::Result<storage::RowsRead>>,
+{
+    changed(at(19, 0, second, 0)).await.unwrap()
+}

@@ -167,8 +167,12 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
         "Overseer embedded as a library supervises N executors whose check answers at once \
          (so what is measured is Overseer's own cost), polled every 1 s (timeout 0.5 s), its \
          verdicts and heartbeats flushed every 1 s and the report refreshed from the table every \
-         1 s. Every verdict carries a new `checked_at`, so each flush writes all N verdicts. Each \
-         point is a process of its own: {} s measured after {} s of warm-up, {}; SQLite is a \
+         1 s. Every executor answers `healthy` at every poll, so after the first flush no verdict \
+         changes: a flush is the heartbeat alone, one statement that sets `latest_heartbeat` on all \
+         N rows and moves each held verdict's `executor_health_checked_at` with it (a verdict is \
+         written only when its health or reason changes). The refresh reads only other sessions' \
+         rows that changed since the last read (none here), never this process's own, which the \
+         report shows from memory. Each point is a process of its own: {} s measured after {} s of warm-up, {}; SQLite is a \
          fresh file each run, Postgres a database of the benchmark's own on the shared server \
          (emptied before each run).\n\n",
         plan.scale_seconds,
@@ -233,8 +237,9 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
     {
         let _ = writeln!(
             body,
-            "\nWhat Postgres sent back per second (mostly the once-a-second refresh, which reads \
-             every live row): {reads} executors.\n"
+            "\nWhat Postgres sent back per second (the once-a-second refresh reads Airflow's most \
+             recent job of each type and the rows of other sessions that changed, none here; the \
+             flushes' acknowledgements): {reads} executors.\n"
         );
     }
 
@@ -346,11 +351,12 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
     if !lines.is_empty() {
         let _ = writeln!(
             body,
-            "**For an operator**: {}. A flush stays at two statements whatever the count, so the \
-             database sees one transaction per heartbeat interval; what grows is the size of the \
-             verdict statement and the work per executor (an exponent of 1 is linear growth). \
-             These executors are polled every second, ten times Overseer's default; the refresh \
-             (every 1 s by default) reads every live row whatever the poll interval.",
+            "**For an operator**: {}. A flush is one statement while verdicts hold and two when \
+             some change, whatever the count, so the database sees one transaction per heartbeat \
+             interval; what grows is the rows the heartbeat touches (on SQLite every page holding \
+             one, and the two heartbeat indexes Airflow's schema has) and the work per executor \
+             (an exponent of 1 is linear growth). These executors are polled every second, ten \
+             times Overseer's default; the refresh reads only what other sessions changed.",
             lines.join("; ")
         );
     }

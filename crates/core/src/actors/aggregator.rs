@@ -1,40 +1,82 @@
 //! `Aggregator`: keeps the latest verdict per executor, writes verdicts and
 //! heartbeats to the Jobs table, and publishes the [`HealthReport`].
 //!
-//! - Every `heartbeat_interval` it writes every changed verdict and this
-//!   session's heartbeats in one transaction of at most two statements.
-//! - Every `refresh_interval` it reads the rows a report needs and publishes a new
-//!   report on a `watch` channel; readers never wait on the database or on this
-//!   actor's mailbox.
-//! - When the database is unreachable it keeps every verdict, logs once per
-//!   outage, retries with back-off, and writes the latest verdicts when the
-//!   database returns. Nothing is lost and nothing panics.
+//! - **Its own rows from memory.** The report shows this process's executor rows
+//!   as the aggregator holds them (the latest verdicts and heartbeats, written
+//!   yet or not), merged over what it last read of every other row. So a
+//!   verdict that changed is in the report (HTTP, SSE, `/metrics`) within
+//!   [`PUBLISH_DELAY`] of being made, whatever `heartbeat_interval` and
+//!   `refresh_interval` are, and while the database is away too.
+//! - **Writes follow the change.** Every `heartbeat_interval` one transaction
+//!   writes this session's heartbeats (one statement, which also moves every
+//!   held verdict's `executor_health_checked_at`) and, in a second statement,
+//!   only the verdicts that changed (health or reason). See [`storage`] for
+//!   what `executor_health_checked_at` means.
+//! - **Reads follow the change.** Every `refresh_interval` it reads the rows of
+//!   other sessions that changed since its last read (heartbeat, end or verdict
+//!   at or after that read's start, less [`READ_LOOKBACK`]), never its own; every
+//!   [`FULL_READ_EVERY`] it reads every live row again. The JSON is rendered
+//!   only when the report says something new.
+//! - **Outages.** Each write and read has a timeout of its own
+//!   ([`connect::read_timeout`] for a refresh, longer ones for a flush and a full
+//!   read, whose work grows with the executors), so a database that stops
+//!   answering turns `metadatabase` unhealthy within a refresh and its read's
+//!   timeout, not after the pool's 10 s. The aggregator keeps every verdict,
+//!   logs once per outage, retries with back-off, and writes the latest
+//!   verdicts when the database returns.
+//! - **Risky work in tasks of its own.** Each database call runs as a task of its
+//!   own: a driver that panics fails that write or read, not the aggregator.
+//!   Should the aggregator itself stop or panic, the actors' thread starts a new
+//!   one ([`crate::overseer`]), which takes its own rows' verdicts back from the
+//!   table (or, when the table cannot be read, from the last published report).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::DatabaseConnection;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::job::ExecutorHealth;
-use crate::report::{HealthReport, JobRows, Thresholds};
-use crate::storage::{self, Session, VerdictRow};
+use crate::connect;
+use crate::entity::job;
+use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::report::{HealthReport, Thresholds, type_index};
+use crate::stats::ActorRestarts;
+use crate::storage::{self, ExecutorKey, RowsRead, Session, VerdictRow};
 
 use super::supervisor::NewVerdict;
 
 /// The longest wait between two write attempts while the database is down.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Counters of the aggregator's work, read without asking it.
+/// How long after a verdict changes the report that shows it is published.
+/// Verdicts that change together (a broker that serves many executors dies)
+/// are published together, in one report, not one report each.
+pub const PUBLISH_DELAY: Duration = Duration::from_millis(5);
+
+/// How far before the previous read's start a read looks for changed rows:
+/// a write whose time was taken before that read but which committed after
+/// it, or a writer whose clock runs a little behind this one's.
+pub const READ_LOOKBACK: Duration = Duration::from_secs(1);
+
+/// How often a refresh reads every live row instead of the changed ones: what
+/// the changed rows cannot show (a writer's clock further behind than
+/// [`READ_LOOKBACK`], a state changed without a time) shows by then. A third of
+/// Airflow's 30 s thresholds, so that no live row looks dead meanwhile.
+pub const FULL_READ_EVERY: Duration = Duration::from_secs(10);
+
+/// Counters of the aggregator's work, and of both core actors' restarts, read
+/// without asking the actors.
 #[derive(Debug, Default)]
 pub struct AggregatorStats {
     /// Flushes that committed.
     pub flushes: AtomicU64,
-    /// Flushes that failed (the database was unreachable or refused).
+    /// Flushes that failed (the database was unreachable, refused, or did not
+    /// answer within the write timeout).
     pub flush_failures: AtomicU64,
     /// Statements the last committed flush ran.
     pub last_flush_statements: AtomicU64,
@@ -44,6 +86,16 @@ pub struct AggregatorStats {
     pub last_flush_micros: AtomicU64,
     /// Reads that failed (the report then says `metadatabase` unhealthy).
     pub refresh_failures: AtomicU64,
+    /// Reads that succeeded.
+    pub reads: AtomicU64,
+    /// Of those, reads of every live row (at start, then every [`FULL_READ_EVERY`]).
+    pub full_reads: AtomicU64,
+    /// Rows (besides the most recent job of each type) the last read returned.
+    pub last_read_rows: AtomicU64,
+    /// Reports whose JSON was rendered (and published): only those that changed.
+    pub renders: AtomicU64,
+    /// Restarts of the core actors after they stopped or panicked.
+    pub restarts: ActorRestarts,
 }
 
 /// How often the aggregator writes and reads.
@@ -57,15 +109,33 @@ pub struct AggregatorSettings {
     pub thresholds: Thresholds,
 }
 
-/// One executor's row and its latest verdict.
+/// One of this session's executor rows, as this process holds it.
 #[derive(Debug, Clone)]
-struct ExecutorRow {
-    job_id: i32,
-    health: ExecutorHealth,
-    checked_at: Option<chrono::DateTime<Utc>>,
-    /// Bumped by every verdict; the row needs writing while it differs from `written`.
+struct OwnRow {
+    /// The row as the report shows it: the latest verdict, its
+    /// `checked_at`, and the latest heartbeat.
+    row: job::Model,
+    /// The verdict changed since the last heartbeat: its `checked_at` is still
+    /// the moment it was made, and the next heartbeat leaves it there.
+    fresh: bool,
+    /// Bumped by every changed verdict; the row needs writing while it differs
+    /// from `written`.
     version: u64,
     written: u64,
+}
+
+impl OwnRow {
+    fn health(&self) -> ExecutorHealth {
+        self.row
+            .executor_health()
+            .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()))
+    }
+
+    fn set(&mut self, health: &ExecutorHealth, checked_at: Option<DateTime<Utc>>) {
+        self.row.executor_health = health.as_str().to_owned();
+        self.row.executor_health_reason = health.reason().map(str::to_owned);
+        self.row.executor_health_checked_at = checked_at;
+    }
 }
 
 /// An outage as seen by one kind of work (writes or reads).
@@ -101,52 +171,106 @@ impl Outage {
     }
 }
 
+/// What the first read of an aggregator brings: the other rows, and, after a
+/// restart, this session's rows as the table holds them (their verdicts).
+type FirstRead = (
+    crate::Result<RowsRead>,
+    crate::Result<Option<Vec<job::Model>>>,
+);
+
 /// The actor that owns this session's rows and publishes the report.
 pub struct Aggregator {
     db: DatabaseConnection,
     session: Session,
     settings: AggregatorSettings,
-    rows: Vec<ExecutorRow>,
-    reports: watch::Sender<Arc<HealthReport>>,
-    /// The rows of the last successful read, kept when a read fails.
-    last_read: JobRows,
+    /// This session's rows, in executor order.
+    own: Vec<OwnRow>,
+    /// The index in `own` of each of this session's row ids.
+    own_ids: HashMap<i32, usize>,
+    /// Where reports go. Shared with the actors' thread, so that readers keep
+    /// their channel when the aggregator is restarted.
+    reports: Arc<watch::Sender<Arc<HealthReport>>>,
+    /// Every other session's rows that may be live, by id, as last read.
+    others: BTreeMap<i32, job::Model>,
+    /// The most recent job of each type, as last read (this session's included).
+    most_recent: [Option<job::Model>; 4],
+    /// When the last successful read started (this process's clock): the next
+    /// read asks for what changed since then. `None`: read every live row.
+    read_since: Option<DateTime<Utc>>,
+    /// When the last full read was made.
+    last_full_read: Option<Instant>,
+    /// Whether the last read succeeded: `metadatabase` in the report.
+    metadatabase_ok: bool,
+    /// The first read is done (its rows merged, own verdicts taken back):
+    /// nothing is published before.
+    ready: bool,
     flushing: bool,
     refreshing: bool,
+    publish_scheduled: bool,
+    /// `Finish` ran: no more writes or reads.
+    finished: bool,
     writes: Outage,
     reads: Outage,
     stats: Arc<AggregatorStats>,
 }
 
 impl Aggregator {
-    /// An aggregator for rows already registered (`job_ids`, in executor order).
+    /// An aggregator for rows already registered: `executors` gives each
+    /// executor's row id and key, in executor order.
     pub fn new(
         db: DatabaseConnection,
         session: Session,
         settings: AggregatorSettings,
-        job_ids: Vec<i32>,
-        reports: watch::Sender<Arc<HealthReport>>,
-        last_read: JobRows,
+        executors: Vec<(i32, ExecutorKey)>,
+        reports: Arc<watch::Sender<Arc<HealthReport>>>,
         stats: Arc<AggregatorStats>,
     ) -> Self {
-        let rows = job_ids
+        let own: Vec<OwnRow> = executors
             .into_iter()
-            .map(|job_id| ExecutorRow {
-                job_id,
-                health: ExecutorHealth::Unknown,
-                checked_at: None,
+            .map(|(id, (class, instance))| OwnRow {
+                row: job::Model {
+                    id,
+                    dag_id: None,
+                    state: Some(JobState::Running.as_str().to_owned()),
+                    job_type: Some(JobType::ExecutorJob.as_str().to_owned()),
+                    start_date: Some(session.started),
+                    end_date: None,
+                    latest_heartbeat: Some(session.started),
+                    executor_class: Some(class),
+                    hostname: Some(session.hostname.clone()),
+                    unixname: Some(session.unixname.clone()),
+                    executor_health: ExecutorHealth::Unknown.as_str().to_owned(),
+                    executor_health_reason: None,
+                    executor_instance: instance,
+                    executor_health_checked_at: None,
+                },
+                fresh: false,
                 version: 0,
                 written: 0,
             })
+            .collect();
+        let own_ids = own
+            .iter()
+            .enumerate()
+            .map(|(index, o)| (o.row.id, index))
             .collect();
         Self {
             db,
             session,
             settings,
-            rows,
+            own,
+            own_ids,
             reports,
-            last_read,
+            others: BTreeMap::new(),
+            most_recent: Default::default(),
+            read_since: None,
+            last_full_read: None,
+            metadatabase_ok: true,
+            ready: false,
             flushing: false,
             refreshing: false,
+            publish_scheduled: false,
+            finished: false,
             writes: Outage::default(),
             reads: Outage::default(),
             stats,
@@ -155,18 +279,18 @@ impl Aggregator {
 
     /// The verdicts not yet written, with the version each one carries.
     fn pending(&self) -> Vec<(usize, u64, VerdictRow)> {
-        self.rows
+        self.own
             .iter()
             .enumerate()
-            .filter(|(_, row)| row.version != row.written)
-            .filter_map(|(index, row)| {
-                row.checked_at.map(|checked_at| {
+            .filter(|(_, own)| own.version != own.written)
+            .filter_map(|(index, own)| {
+                own.row.executor_health_checked_at.map(|checked_at| {
                     (
                         index,
-                        row.version,
+                        own.version,
                         VerdictRow {
-                            id: row.job_id,
-                            health: row.health.clone(),
+                            id: own.row.id,
+                            health: own.health(),
                             checked_at,
                         },
                     )
@@ -175,30 +299,45 @@ impl Aggregator {
             .collect()
     }
 
+    /// One heartbeat: this session's rows are alive now, and every verdict that
+    /// held since the last heartbeat is checked as of now. Then the rows are
+    /// written, and the report shows them at once.
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        if self.finished {
+            return;
+        }
+        let now = storage::to_micros(Utc::now());
+        for own in &mut self.own {
+            own.row.latest_heartbeat = Some(now);
+            if own.fresh {
+                own.fresh = false;
+            } else if own.row.executor_health_checked_at.is_some() {
+                own.row.executor_health_checked_at = Some(now);
+            }
+        }
+        self.publish();
+        self.flush(ctx, now);
+    }
+
     /// Writes heartbeats and pending verdicts, unless a flush is running or the
     /// database is in back-off.
-    fn flush(&mut self, ctx: &mut Context<Self>) {
+    fn flush(&mut self, ctx: &mut Context<Self>, now: DateTime<Utc>) {
         if self.flushing || !self.writes.ready() {
             return;
         }
         self.flushing = true;
         let pending = self.pending();
-        let db = self.db.clone();
-        let session = self.session.clone();
+        let verdicts: Vec<VerdictRow> = pending.iter().map(|(_, _, v)| v.clone()).collect();
+        let (db, session) = (self.db.clone(), self.session.clone());
+        let timeout = connect::write_timeout(self.settings.heartbeat_interval);
         let started = Instant::now();
-        let write = async move {
-            let verdicts: Vec<VerdictRow> = pending.iter().map(|(_, _, v)| v.clone()).collect();
-            let result = storage::flush(&db, &session, Utc::now(), &verdicts).await;
-            (pending, result)
-        };
-        ctx.spawn(
-            write
-                .into_actor(self)
-                .map(move |(pending, result), act, _| {
-                    act.flushing = false;
-                    act.flushed(pending, result, started.elapsed());
-                }),
-        );
+        let write = in_task("write", timeout, async move {
+            storage::flush(&db, &session, now, &verdicts).await
+        });
+        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
+            act.flushing = false;
+            act.flushed(pending, result, started.elapsed());
+        }));
     }
 
     fn flushed(
@@ -210,7 +349,7 @@ impl Aggregator {
         match result {
             Ok(statements) => {
                 for (index, version, _) in &pending {
-                    self.rows[*index].written = *version;
+                    self.own[*index].written = *version;
                 }
                 let stats = &self.stats;
                 stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -243,60 +382,269 @@ impl Aggregator {
         }
     }
 
-    /// Reads the rows and publishes a new report.
+    /// Reads what changed in other sessions' rows (or every live row, when a
+    /// full read is due) and publishes the report.
     fn refresh(&mut self, ctx: &mut Context<Self>) {
-        if self.refreshing || !self.reads.ready() {
+        if self.refreshing || !self.reads.ready() || self.finished || !self.ready {
             return;
         }
         self.refreshing = true;
-        let db = self.db.clone();
+        let full_due = self
+            .last_full_read
+            .is_none_or(|at| at.elapsed() >= FULL_READ_EVERY);
+        let since = match self.read_since {
+            Some(since) if !full_due => Some(since - lookback()),
+            _ => None,
+        };
+        let (db, session) = (self.db.clone(), self.session.clone());
         let horizon = self.settings.thresholds.longest();
-        let read = async move { storage::report_rows(&db, Utc::now(), horizon).await };
-        ctx.spawn(read.into_actor(self).map(|result, act, _| {
+        let timeout = match since {
+            Some(_) => connect::read_timeout(self.settings.refresh_interval),
+            None => connect::full_read_timeout(self.settings.refresh_interval),
+        };
+        let started = Utc::now();
+        let read = in_task("read", timeout, async move {
+            storage::read_for_report(&db, &session, since, started, horizon).await
+        });
+        ctx.spawn(read.into_actor(self).map(move |result, act, _| {
             act.refreshing = false;
-            let ok = match result {
-                Ok(rows) => {
-                    act.last_read = rows;
-                    if let Some(outage) = act.reads.succeeded() {
-                        tracing::info!(after = ?outage, "the database answers reads again");
-                    }
-                    true
-                }
-                Err(e) => {
-                    act.stats.refresh_failures.fetch_add(1, Ordering::Relaxed);
-                    if act.reads.failed(act.settings.refresh_interval) {
-                        tracing::error!(error = %e, "cannot read the job table; reporting metadatabase unhealthy");
-                    }
-                    false
-                }
-            };
-            act.publish(ok);
+            act.read(result, started);
+            act.publish();
         }));
     }
 
-    fn publish(&mut self, metadatabase_ok: bool) {
-        let report = HealthReport::build(
-            &self.last_read,
-            metadatabase_ok,
-            &self.settings.thresholds,
-            Utc::now(),
-        );
-        self.reports.send_if_modified(|current| {
-            if current.json() == report.json() {
-                false
-            } else {
-                *current = Arc::new(report);
-                true
+    /// Takes a read's rows in, or records its failure.
+    fn read(&mut self, result: crate::Result<RowsRead>, started: DateTime<Utc>) {
+        match result {
+            Ok(read) => {
+                let stats = &self.stats;
+                stats.reads.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .last_read_rows
+                    .store(read.rows.len() as u64, Ordering::Relaxed);
+                if read.full {
+                    stats.full_reads.fetch_add(1, Ordering::Relaxed);
+                    self.others.clear();
+                    self.last_full_read = Some(Instant::now());
+                }
+                self.most_recent = read.most_recent;
+                for row in read.rows {
+                    let open = row.state.as_deref() == Some(JobState::Running.as_str())
+                        && row.end_date.is_none()
+                        && row.latest_heartbeat.is_some();
+                    if open && !self.own_ids.contains_key(&row.id) {
+                        self.others.insert(row.id, row);
+                    } else {
+                        self.others.remove(&row.id);
+                    }
+                }
+                // Rows past the longest threshold are dead whatever their type.
+                let horizon = chrono::Duration::from_std(self.settings.thresholds.longest())
+                    .unwrap_or(chrono::Duration::MAX);
+                self.others
+                    .retain(|_, row| row.latest_heartbeat.is_some_and(|h| started - h < horizon));
+                self.read_since = Some(started);
+                self.metadatabase_ok = true;
+                if let Some(outage) = self.reads.succeeded() {
+                    tracing::info!(after = ?outage, "the database answers reads again");
+                }
             }
+            Err(e) => {
+                self.stats.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                self.metadatabase_ok = false;
+                if self.reads.failed(self.settings.refresh_interval) {
+                    tracing::error!(error = %e, "cannot read the job table; reporting metadatabase unhealthy");
+                }
+            }
+        }
+    }
+
+    /// The first read of this aggregator: every live row of other sessions, and,
+    /// when it is a restarted one, this session's own rows (to take their
+    /// verdicts back; at the first start they are as registered). Nothing is
+    /// published before it ends.
+    fn first_read(&mut self, ctx: &mut Context<Self>) {
+        self.refreshing = true;
+        let restarted = self.stats.restarts.aggregator.load(Ordering::Relaxed) > 0;
+        let (db, session) = (self.db.clone(), self.session.clone());
+        let horizon = self.settings.thresholds.longest();
+        let timeout = connect::full_read_timeout(self.settings.refresh_interval);
+        let started = Utc::now();
+        let read = async move {
+            let (others, own) = (db.clone(), session.clone());
+            let others = in_task("read", timeout, async move {
+                storage::read_for_report(&others, &session, None, started, horizon).await
+            });
+            let own = async move {
+                if restarted {
+                    in_task("read", timeout, async move {
+                        storage::session_rows(&db, &own).await
+                    })
+                    .await
+                    .map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let read: FirstRead = tokio::join!(others, own);
+            read
+        };
+        ctx.spawn(read.into_actor(self).map(move |(others, own), act, _| {
+            act.refreshing = false;
+            act.take_back(own);
+            act.read(others, started);
+            act.ready = true;
+            act.publish();
+        }));
+    }
+
+    /// Takes back the verdicts of this session's rows that no verdict has
+    /// replaced yet: from the table, or, when it cannot be read, from the last
+    /// published report (then they are written again). At the first start
+    /// there is nothing to take back: the rows are as registered.
+    fn take_back(&mut self, table: crate::Result<Option<Vec<job::Model>>>) {
+        match table {
+            Ok(None) => {}
+            Ok(Some(rows)) => {
+                for row in rows {
+                    let Some(&index) = self.own_ids.get(&row.id) else {
+                        continue;
+                    };
+                    let own = &mut self.own[index];
+                    if own.version == 0 {
+                        own.row.executor_health = row.executor_health;
+                        own.row.executor_health_reason = row.executor_health_reason;
+                        own.row.executor_health_checked_at = row.executor_health_checked_at;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read this session's rows back; taking the verdicts from the last report");
+                let report = self.reports.borrow().clone();
+                let Some(entry) = &report.executor else {
+                    return;
+                };
+                for own in self.own.iter_mut().filter(|o| o.version == 0) {
+                    let shown = entry.instances.iter().find(|i| {
+                        i.hostname == own.row.hostname
+                            && i.executor == own.row.executor_class
+                            && i.instance == own.row.executor_instance
+                    });
+                    if let Some(shown) = shown.filter(|s| s.checked_at.is_some()) {
+                        own.set(&shown.health, shown.checked_at);
+                        own.version = 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes a report soon, with every verdict that changes until then.
+    fn publish_soon(&mut self, ctx: &mut Context<Self>) {
+        if self.publish_scheduled {
+            return;
+        }
+        self.publish_scheduled = true;
+        ctx.run_later(PUBLISH_DELAY, |act, _| {
+            act.publish_scheduled = false;
+            act.publish();
         });
     }
+
+    /// Builds the report from this session's rows as held and the other rows as
+    /// last read, and publishes it (rendering its JSON) if it says something new.
+    fn publish(&mut self) {
+        if !self.ready {
+            return;
+        }
+        let now = Utc::now();
+        let live: Vec<&job::Model> = self
+            .others
+            .values()
+            .chain(self.own.iter().map(|o| &o.row))
+            .collect();
+        let mut most_recent = self.most_recent.each_ref().map(Option::as_ref);
+        let executor = type_index(JobType::ExecutorJob);
+        most_recent[executor] = self.most_recent_executor();
+        let mut report = HealthReport::assemble(
+            most_recent,
+            &live,
+            self.metadatabase_ok,
+            &self.settings.thresholds,
+            now,
+        );
+        if report.same_content(&self.reports.borrow()) {
+            return;
+        }
+        report.render();
+        self.stats.renders.fetch_add(1, Ordering::Relaxed);
+        self.reports.send_replace(Arc::new(report));
+    }
+
+    /// Airflow's most recent executor job (running first, then the latest
+    /// heartbeat), with this session's rows as held: the one read, unless it is
+    /// one of this session's (then as held) or one of this session's rows is
+    /// more recent.
+    fn most_recent_executor(&self) -> Option<&job::Model> {
+        let read = self.most_recent[type_index(JobType::ExecutorJob)].as_ref();
+        let read = match read.and_then(|r| self.own_ids.get(&r.id)) {
+            Some(&index) => Some(&self.own[index].row),
+            None => read,
+        };
+        let rank = |row: &job::Model| {
+            (
+                row.state.as_deref() == Some(JobState::Running.as_str()),
+                row.latest_heartbeat,
+            )
+        };
+        let own = self.own.first().map(|o| &o.row);
+        match (read, own) {
+            (Some(read), Some(own)) if rank(own) > rank(read) => Some(own),
+            (Some(read), _) => Some(read),
+            (None, own) => own,
+        }
+    }
+}
+
+/// [`READ_LOOKBACK`] as chrono counts it.
+fn lookback() -> chrono::Duration {
+    chrono::Duration::from_std(READ_LOOKBACK).unwrap_or_default()
+}
+
+/// Runs database work as a task of its own on the actors' runtime, bounded by
+/// `timeout`: a driver that panics, or a database that does not answer, fails
+/// this write or read and nothing else (the timed-out work is dropped with its
+/// task, which rolls its transaction back).
+async fn in_task<T: 'static>(
+    what: &'static str,
+    timeout: Duration,
+    work: impl Future<Output = crate::Result<T>> + 'static,
+) -> crate::Result<T> {
+    let task = actix_rt::spawn(async move {
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::Error::Runtime(format!(
+                    "the database did not answer a {what} within {}",
+                    crate::duration::short(timeout)
+                )))
+            })
+    });
+    task.await.unwrap_or_else(|e| {
+        Err(crate::Error::Runtime(format!(
+            "the database {what} ended early: {e}"
+        )))
+    })
 }
 
 impl Actor for Aggregator {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| act.flush(ctx));
+        self.first_read(ctx);
+        ctx.run_interval(self.settings.heartbeat_interval, |act, ctx| {
+            act.heartbeat(ctx)
+        });
         ctx.run_interval(self.settings.refresh_interval, |act, ctx| act.refresh(ctx));
     }
 }
@@ -304,13 +652,26 @@ impl Actor for Aggregator {
 impl Handler<NewVerdict> for Aggregator {
     type Result = ();
 
-    fn handle(&mut self, verdict: NewVerdict, _: &mut Context<Self>) {
-        let Some(row) = self.rows.get_mut(verdict.executor) else {
+    /// A verdict equal to the one held (same health and reason) changes
+    /// nothing: it is neither written nor published again, and its
+    /// `checked_at` moves with the next heartbeat. Any other is shown soon and
+    /// written at the next flush.
+    fn handle(&mut self, verdict: NewVerdict, ctx: &mut Context<Self>) {
+        let Some(own) = self.own.get_mut(verdict.executor) else {
             return;
         };
-        row.health = verdict.health;
-        row.checked_at = Some(verdict.checked_at);
-        row.version += 1;
+        let unchanged =
+            own.row.executor_health_checked_at.is_some() && own.health() == verdict.health;
+        if unchanged {
+            return;
+        }
+        own.set(
+            &verdict.health,
+            Some(storage::to_micros(verdict.checked_at)),
+        );
+        own.fresh = true;
+        own.version += 1;
+        self.publish_soon(ctx);
     }
 }
 
@@ -324,13 +685,21 @@ impl Handler<Finish> for Aggregator {
     type Result = ResponseActFuture<Self, crate::Result<()>>;
 
     fn handle(&mut self, _: Finish, _: &mut Context<Self>) -> Self::Result {
+        self.finished = true;
         let pending = self.pending();
-        let db = self.db.clone();
-        let session = self.session.clone();
+        let (db, session) = (self.db.clone(), self.session.clone());
+        let timeout = connect::write_timeout(self.settings.heartbeat_interval);
         let finish = async move {
             let verdicts: Vec<VerdictRow> = pending.into_iter().map(|(_, _, v)| v).collect();
-            storage::flush(&db, &session, Utc::now(), &verdicts).await?;
-            let ended = storage::finish(&db, &session, Utc::now()).await?;
+            let (flush_db, flush_session) = (db.clone(), session.clone());
+            in_task("write", timeout, async move {
+                storage::flush(&flush_db, &flush_session, Utc::now(), &verdicts).await
+            })
+            .await?;
+            let ended = in_task("write", timeout, async move {
+                storage::finish(&db, &session, Utc::now()).await
+            })
+            .await?;
             tracing::info!(rows = ended, "executor rows ended with success");
             Ok(())
         };
@@ -338,5 +707,35 @@ impl Handler<Finish> for Aggregator {
             ctx.stop();
             result
         }))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only: makes the aggregator stop or panic on demand, so that the
+    //! tests of [`crate::overseer`] can see it restarted. Compiled only into
+    //! this crate's own unit tests.
+
+    use super::*;
+
+    /// How a core actor is made to end, in tests.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+    #[rtype(result = "()")]
+    pub(crate) enum Crash {
+        /// `ctx.stop()`, as an actor that decides to end.
+        Stop,
+        /// A panic inside a handler.
+        Panic,
+    }
+
+    impl Handler<Crash> for Aggregator {
+        type Result = ();
+
+        fn handle(&mut self, crash: Crash, ctx: &mut Context<Self>) {
+            match crash {
+                Crash::Stop => ctx.stop(),
+                Crash::Panic => panic!("the aggregator panicked on purpose (a test)"),
+            }
+        }
     }
 }

@@ -431,3 +431,44 @@ fn the_json_keeps_airflows_key_order() {
         ["metadatabase", "scheduler", "triggerer", "dag_processor"]
     );
 }
+
+#[test]
+fn an_assembled_report_says_the_same_as_the_built_one_and_compares_by_content() {
+    let rows = JobRows {
+        most_recent: [
+            Some(row(
+                1,
+                JobType::SchedulerJob,
+                JobState::Running,
+                1,
+                "sched-1",
+            )),
+            None,
+            None,
+            Some(executor_row(2, 1, "sched-1", ExecutorHealth::Healthy)),
+        ],
+        live: vec![
+            row(1, JobType::SchedulerJob, JobState::Running, 1, "sched-1"),
+            executor_row(2, 1, "sched-1", ExecutorHealth::Healthy),
+        ],
+    };
+    let built = HealthReport::build(&rows, true, &thresholds(), now());
+    let live: Vec<&job::Model> = rows.live.iter().collect();
+    let most_recent = rows.most_recent.each_ref().map(Option::as_ref);
+    let later = now() + chrono::Duration::seconds(1);
+    let mut assembled = HealthReport::assemble(most_recent, &live, true, &thresholds(), later);
+    assert!(assembled.json().is_empty(), "not rendered until asked");
+    assert!(
+        assembled.same_content(&built),
+        "built a second later, it says the same"
+    );
+    assembled.render();
+    assert_eq!(assembled.json(), built.json());
+
+    let unhealthy = executor_row(2, 1, "sched-1", ExecutorHealth::unhealthy("broker down"));
+    let live = vec![live[0], &unhealthy];
+    let changed = HealthReport::assemble(most_recent, &live, true, &thresholds(), now());
+    assert!(!changed.same_content(&built), "a verdict changed");
+    let unread = HealthReport::assemble(most_recent, &live[..1], false, &thresholds(), now());
+    assert!(!unread.same_content(&built), "the metadatabase changed");
+}

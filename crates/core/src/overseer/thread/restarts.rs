@@ -1,0 +1,261 @@
+//! The core actors restarted: a supervisor or aggregator that stops or panics
+//! (made to, by the test-only `Crash` message, the one thing here that no
+//! production path can send) is started again by the actors' thread, counted,
+//! and polling, reporting and writing resume. A whole `Overseer` runs, on
+//! SQLite, in real time: the tests wait (boundedly) on counters, the report and
+//! the table, and assert no durations.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use overseer_migration::{Migrator, MigratorTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+use super::CoreActor;
+use crate::actors::aggregator::test_hooks::Crash;
+use crate::entity::job;
+use crate::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType, Overseer};
+
+/// The longest a test waits for something the actors do every 100 ms.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A check whose answer the test sets, and which waits while its gate is shut.
+#[derive(Clone)]
+struct Scripted {
+    answer: Arc<Mutex<ExecutorHealth>>,
+    gate: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Scripted {
+    fn new(health: ExecutorHealth) -> Self {
+        Self {
+            answer: Arc::new(Mutex::new(health)),
+            gate: Arc::new(tokio::sync::watch::channel(true).0),
+        }
+    }
+
+    fn set(&self, health: ExecutorHealth) {
+        *self.answer.lock().unwrap() = health;
+    }
+
+    /// Checks wait, from now, until [`Self::open`].
+    fn shut(&self) {
+        self.gate.send_replace(false);
+    }
+
+    fn open(&self) {
+        self.gate.send_replace(true);
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Scripted {
+    async fn get_health(&self) -> ExecutorHealth {
+        let mut gate = self.gate.subscribe();
+        let _ = gate.wait_for(|open| *open).await;
+        self.answer.lock().unwrap().clone()
+    }
+}
+
+async fn start(url: &str, check: Scripted, poll: Duration, timeout: Duration) -> Overseer {
+    Overseer::builder()
+        .database(url)
+        .hostname("sched-1")
+        .executor(Executor::new("CeleryExecutor", check).with_instance("redis://broker:6379/0"))
+        .poll_interval(poll)
+        .poll_timeout(timeout)
+        .heartbeat_interval(Duration::from_millis(100))
+        .refresh_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// The one executor's verdict in a report.
+fn verdict(report: &HealthReport) -> Option<ExecutorHealth> {
+    Some(report.executor.as_ref()?.instances.first()?.health.clone())
+}
+
+async fn report_until(
+    overseer: &Overseer,
+    what: &str,
+    done: impl Fn(&HealthReport) -> bool,
+) -> Arc<HealthReport> {
+    let mut reports = overseer.watch();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let report = reports.borrow_and_update().clone();
+            if done(&report) {
+                return report;
+            }
+            reports
+                .changed()
+                .await
+                .expect("the reports' channel outlives a restart");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: not seen within {PATIENCE:?}; last: {}",
+            overseer.report().json()
+        )
+    })
+}
+
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The executor's row, once `done` holds for it.
+async fn row_until(
+    db: &sea_orm::DatabaseConnection,
+    what: &str,
+    done: impl Fn(&job::Model) -> bool,
+) -> job::Model {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let rows = job::Entity::find()
+            .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .all(db)
+            .await
+            .unwrap();
+        if let [row] = &rows[..]
+            && done(row)
+        {
+            return row.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {PATIENCE:?}: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_supervisor_that_stops_or_panics_is_restarted_and_polling_resumes() {
+    for how in [Crash::Stop, Crash::Panic] {
+        let db = overseer_testkit::sqlite().await;
+        Migrator::up(&db.conn, None).await.unwrap();
+        let check = Scripted::new(ExecutorHealth::Healthy);
+        let overseer = start(
+            &db.url,
+            check.clone(),
+            Duration::from_millis(100),
+            Duration::from_millis(80),
+        )
+        .await;
+        report_until(&overseer, "healthy", |r| {
+            verdict(r) == Some(ExecutorHealth::Healthy)
+        })
+        .await;
+
+        overseer.actors.crash(CoreActor::Supervisor, how);
+        let stats = overseer.aggregator_stats();
+        until("the supervisor restarted", || {
+            stats.restarts.supervisor.load(Ordering::Relaxed) == 1
+        })
+        .await;
+
+        // Polling resumes: a new answer reaches the report and the table.
+        let executor = overseer.executor_stats()[0].1.clone();
+        let polls = executor.polls.load(Ordering::Relaxed);
+        let after = ExecutorHealth::unhealthy(format!("broker down after a {how:?}"));
+        check.set(after.clone());
+        report_until(&overseer, "the verdict made after the restart", |r| {
+            verdict(r).as_ref() == Some(&after)
+        })
+        .await;
+        assert!(executor.polls.load(Ordering::Relaxed) > polls, "{how:?}");
+        row_until(&db.conn, "the verdict written", |row| {
+            row.executor_health().unwrap() == after
+        })
+        .await;
+        assert_eq!(
+            stats.restarts.aggregator.load(Ordering::Relaxed),
+            0,
+            "{how:?}: the aggregator ran on"
+        );
+        overseer.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_aggregator_that_stops_or_panics_is_restarted_with_its_verdicts_and_reporting_resumes() {
+    for how in [Crash::Stop, Crash::Panic] {
+        let db = overseer_testkit::sqlite().await;
+        Migrator::up(&db.conn, None).await.unwrap();
+        let check = Scripted::new(ExecutorHealth::unhealthy("broker down before"));
+        // Long polls: after the restart, the new supervisor's first poll waits
+        // (the gate is shut) for up to 10 s, and the verdict held meanwhile is
+        // the one the new aggregator took back.
+        let overseer = start(
+            &db.url,
+            check.clone(),
+            Duration::from_secs(20),
+            Duration::from_secs(10),
+        )
+        .await;
+        row_until(&db.conn, "the first verdict written", |row| {
+            row.executor_health == "unhealthy"
+        })
+        .await;
+
+        check.shut();
+        overseer.actors.crash(CoreActor::Aggregator, how);
+        let stats = overseer.aggregator_stats();
+        // The supervisor is started again with the new aggregator.
+        until("the aggregator and the supervisor restarted", || {
+            stats.restarts.aggregator.load(Ordering::Relaxed) == 1
+                && stats.restarts.supervisor.load(Ordering::Relaxed) == 1
+        })
+        .await;
+
+        // The new aggregator publishes (its heartbeats change the report): its
+        // first report still holds the verdict, taken back from the table.
+        let restarted = Utc::now();
+        let report = report_until(&overseer, "a report of the new aggregator", |r| {
+            r.generated_at > restarted
+        })
+        .await;
+        assert_eq!(
+            verdict(&report),
+            Some(ExecutorHealth::unhealthy("broker down before")),
+            "{how:?}: {}",
+            report.json()
+        );
+        assert!(
+            report.executor.as_ref().unwrap().instances[0]
+                .checked_at
+                .is_some()
+        );
+
+        // Reporting and writing resume with the next verdict.
+        let after = ExecutorHealth::unhealthy(format!("broker down after a {how:?}"));
+        check.set(after.clone());
+        check.open();
+        report_until(&overseer, "the verdict made after the restart", |r| {
+            verdict(r).as_ref() == Some(&after)
+        })
+        .await;
+        row_until(&db.conn, "the verdict written after the restart", |row| {
+            row.executor_health().unwrap() == after
+        })
+        .await;
+        overseer.shutdown().await.unwrap();
+        row_until(&db.conn, "the row ended", |row| {
+            row.state.as_deref() == Some("success")
+        })
+        .await;
+    }
+}
