@@ -205,7 +205,9 @@ impl Core {
             }
             Err(e) => {
                 let panic = match e.try_into_panic() {
-                    Ok(payload) => crate::secret::scrub(&panic_message(payload.as_ref())),
+                    Ok(payload) => {
+                        crate::secret::scrub(&crate::check::panic_message(payload.as_ref()))
+                    }
                     Err(e) => e.to_string(),
                 };
                 tracing::error!(actor = actor.name(), %panic, %after, "a core actor panicked; restarting it");
@@ -254,15 +256,6 @@ impl Core {
     fn crash(&self, order: CrashOrder) {
         match order {}
     }
-}
-
-/// The text of a panic, as `panic!` was given it.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".into())
 }
 
 /// The `overseer-actors` thread: an actix `System` on a runtime of its own, and
