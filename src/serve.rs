@@ -108,6 +108,11 @@ pub fn settings(config: &Config) -> Settings {
 /// credentials, is its instance); any other executor has no check and reports
 /// `unknown`.
 pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
+    Ok(check(config, poll_timeout)?.with_max_queued_age(config.max_queued_age))
+}
+
+/// The executor of [`executor`], with its check and nothing else.
+fn check(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
     if let Some(argv) = &config.check_command {
         return overseer_checks::command::executor(&config.name, argv, poll_timeout)
             .with_context(|| format!("executor {}: check_command", config.name));

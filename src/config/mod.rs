@@ -197,6 +197,14 @@ pub struct ExecutorConfig {
     /// Celery only: fewer workers answering the ping makes the verdict unhealthy.
     #[serde(default)]
     pub min_workers: u32,
+    /// Any executor: how long work may wait before the executor is unhealthy:
+    /// task instances in Airflow's `queued` state (when the database holds
+    /// Airflow's `task_instance` table), and messages in a queue nobody consumes
+    /// or whose depth does not go down. Shorter than Airflow's `[scheduler]
+    /// task_queued_timeout` (10 min), so the operator hears first; `0s` turns
+    /// these rules off.
+    #[serde(default = "default_max_queued_age", with = "duration")]
+    pub max_queued_age: Duration,
     /// Celery only: TLS to the broker whatever the URL's scheme, as Airflow's
     /// `[celery] ssl_active` turns on Celery's `broker_use_ssl` (the certificate is
     /// then always verified).
@@ -255,6 +263,7 @@ impl ExecutorConfig {
             queues: default_queues(),
             worker_ping: false,
             min_workers: 0,
+            max_queued_age: default_max_queued_age(),
             ssl_active: false,
             ssl_key: None,
             ssl_cert: None,
@@ -292,6 +301,11 @@ pub const DEFAULT_MAX_STREAM_CLIENTS: u32 = 256;
 
 fn default_max_stream_clients() -> u32 {
     DEFAULT_MAX_STREAM_CLIENTS
+}
+
+/// `max_queued_age` by default: 5 min ([`overseer_core::flow::DEFAULT_MAX_QUEUED_AGE`]).
+pub fn default_max_queued_age() -> Duration {
+    overseer_core::flow::DEFAULT_MAX_QUEUED_AGE
 }
 
 /// Airflow's default queue (`[operators] default_queue`).

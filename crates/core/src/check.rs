@@ -11,7 +11,9 @@ pub mod pool;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::detail::Observation;
 use crate::job::ExecutorHealth;
 
 pub use pool::AsyncChecks;
@@ -39,6 +41,14 @@ pub trait HealthCheck: Send + Sync + 'static {
     /// Asks the executor how it is. The supervisor bounds the wait
     /// (`poll_timeout`); the check need not.
     async fn get_health(&self) -> ExecutorHealth;
+
+    /// The verdict with its evidence ([`Observation`]): what the executor's
+    /// actor asks. By default the verdict of [`Self::get_health`] alone; a
+    /// check that sees more (queue depths, workers) overrides this, and its
+    /// `get_health` returns this verdict.
+    async fn observe(&self) -> Observation {
+        self.get_health().await.into()
+    }
 }
 
 /// A health check that may block its thread; it runs on a thread of its own.
@@ -52,6 +62,12 @@ pub trait HealthCheck: Send + Sync + 'static {
 pub trait BlockingHealthCheck: Send + Sync + 'static {
     /// Asks the executor how it is, blocking as long as it takes.
     fn get_health(&self) -> ExecutorHealth;
+
+    /// The verdict with its evidence; by default [`Self::get_health`]'s verdict
+    /// alone (see [`HealthCheck::observe`]).
+    fn observe(&self) -> Observation {
+        self.get_health().into()
+    }
 }
 
 /// A check that always answers `unknown`: for executors with no real check yet,
@@ -88,6 +104,10 @@ pub struct Executor {
     /// What counts as the instance (for Celery, the broker's URL without
     /// credentials). Becomes `job.executor_instance`. Never a credential.
     pub instance: Option<String>,
+    /// How long work may wait (task instances in `queued`, messages in a queue
+    /// that does not move) before the executor is unhealthy; `ZERO` turns those
+    /// rules off ([`crate::flow`]).
+    pub max_queued_age: Duration,
     factory: CheckFactory,
 }
 
@@ -105,6 +125,7 @@ impl Executor {
         Self {
             executor_class: executor_class.into(),
             instance: None,
+            max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
             factory: Arc::new(move || Check::Async(Arc::new(factory()))),
         }
     }
@@ -117,6 +138,7 @@ impl Executor {
         Self {
             executor_class: executor_class.into(),
             instance: None,
+            max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
             factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
         }
     }
@@ -131,6 +153,12 @@ impl Executor {
     /// the instance is written to the Jobs table and shown everywhere.
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(crate::secret::redact(&instance.into()));
+        self
+    }
+
+    /// Sets how long work may wait before the executor is unhealthy (`ZERO`: never).
+    pub fn with_max_queued_age(mut self, max_queued_age: Duration) -> Self {
+        self.max_queued_age = max_queued_age;
         self
     }
 
@@ -153,6 +181,7 @@ impl fmt::Debug for Executor {
         f.debug_struct("Executor")
             .field("executor_class", &self.executor_class)
             .field("instance", &self.instance)
+            .field("max_queued_age", &self.max_queued_age)
             .finish_non_exhaustive()
     }
 }

@@ -22,9 +22,46 @@ pub fn short(duration: Duration) -> String {
     }
 }
 
+/// An age, as a reason says how long something waited: `45s`, `5m`, `4m 30s`,
+/// `14m`, `2h`, `1h 3m`; to the second under an hour, to the minute beyond.
+/// Under a second it is [`short`].
+pub fn age(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match secs {
+        0 => short(duration),
+        1..60 => format!("{secs}s"),
+        60..3600 => match secs % 60 {
+            0 => format!("{}m", secs / 60),
+            s => format!("{}m {s}s", secs / 60),
+        },
+        _ => match (secs / 60) % 60 {
+            0 => format!("{}h", secs / 3600),
+            m => format!("{}h {m}m", secs / 3600),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ages_read_in_minutes_and_hours() {
+        for (secs, shown) in [
+            (1, "1s"),
+            (45, "45s"),
+            (60, "1m"),
+            (270, "4m 30s"),
+            (300, "5m"),
+            (840, "14m"),
+            (3600, "1h"),
+            (3780, "1h 3m"),
+            (7230, "2h"),
+        ] {
+            assert_eq!(age(Duration::from_secs(secs)), shown, "{secs}s");
+        }
+        assert_eq!(age(Duration::from_millis(800)), "800ms");
+    }
 
     #[test]
     fn durations_read_plainly() {

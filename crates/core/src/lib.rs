@@ -13,6 +13,9 @@
 //!   write job rows; they know nothing of actors or HTTP.
 //! - [`check`]: the [`HealthCheck`] and [`BlockingHealthCheck`] traits, and
 //!   [`Executor`], one supervised executor.
+//! - [`detail`]: the evidence beside a verdict ([`Observation`], [`Detail`]):
+//!   queues, workers, task instances queued.
+//! - [`flow`]: whether work flows: the rules that turn the evidence into a verdict.
 //! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
 //! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
@@ -25,17 +28,21 @@
 pub mod actors;
 pub mod check;
 pub mod connect;
+pub mod detail;
 pub mod duration;
 pub mod entity;
 pub mod error;
+pub mod flow;
 pub mod job;
 pub mod overseer;
+pub mod queued;
 pub mod report;
 pub mod secret;
 pub mod stats;
 pub mod storage;
 
 pub use check::{BlockingHealthCheck, Executor, HealthCheck, NoCheck};
+pub use detail::{Detail, Observation};
 pub use error::{Error, Result};
 pub use job::{ExecutorHealth, JobState, JobType};
 pub use overseer::{Overseer, OverseerBuilder, Settings};

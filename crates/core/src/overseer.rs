@@ -35,10 +35,13 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
 use crate::actors::aggregator::{AggregatorSettings, AggregatorStats};
-use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, PollSettings, RestartPolicy};
+use crate::actors::{
+    Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
+};
 use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
+use crate::queued::{self, AirflowNames, QueuedBoard};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
@@ -266,6 +269,7 @@ async fn start_actors(
         thresholds: settings.thresholds,
     };
     let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
+    let reader_db = db.clone();
     let stats_for_restarts = aggregator_stats.clone();
     let make_aggregator = move || {
         Aggregator::new(
@@ -278,17 +282,43 @@ async fn start_actors(
         )
     };
 
+    // Airflow's queued task instances: one reader for every executor, off the
+    // report's path; each executor's actor takes its share at every poll.
+    let board = Arc::new(QueuedBoard::default());
+    let mut limits: Vec<Duration> = executors
+        .iter()
+        .map(|e| e.max_queued_age)
+        .filter(|age| !age.is_zero())
+        .collect();
+    limits.sort();
+    limits.dedup();
+    actix_rt::spawn(queued::watch(
+        reader_db,
+        board.clone(),
+        limits,
+        settings.poll.poll_interval,
+        crate::connect::full_read_timeout(settings.poll.poll_timeout),
+    ));
+    let default_class = executors.first().map(|e| e.executor_class.clone());
     let polled: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)> = executors
         .into_iter()
         .zip(stats)
         .map(|(executor, stats)| {
             let label = executor.label();
+            let names = AirflowNames::of(
+                &executor.executor_class,
+                default_class.as_deref() == Some(executor.executor_class.as_str()),
+            );
             let actor = ExecutorActor::new(
                 executor,
                 stats.clone(),
                 settings.restart_policy,
                 checks.clone(),
-            );
+            )
+            .with_queued(QueuedSource {
+                board: board.clone(),
+                names,
+            });
             (actor.start_supervised(), stats, label)
         })
         .collect();

@@ -17,12 +17,14 @@
 //! Python's timestamps as Airflow has them) once per report, and utoipa describes
 //! the same types for the API's OpenAPI document, so the two cannot drift.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
+use crate::detail::Detail;
 use crate::entity::job;
 use crate::job::{ExecutorHealth, JobState, JobType};
 
@@ -314,6 +316,11 @@ pub struct ExecutorInstance {
     #[serde(serialize_with = "optional_timestamp")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub checked_at: Option<DateTime<Utc>>,
+    /// The evidence of this host's latest check (queues, workers, task
+    /// instances queued); `null` for another host's row, or when the check
+    /// gives none.
+    #[schema(value_type = Option<Detail>)]
+    pub detail: Option<Arc<Detail>>,
 }
 
 /// The `executor` entry: Overseer's addition, every supervised executor.
@@ -379,6 +386,7 @@ impl HealthReport {
         let mut report = Self::assemble(
             rows.most_recent.each_ref().map(Option::as_ref),
             &live,
+            &|_| None,
             metadatabase_ok,
             thresholds,
             now,
@@ -388,12 +396,14 @@ impl HealthReport {
     }
 
     /// The report's content from rows given by reference (the aggregator's
-    /// merge of its own rows over the ones it read), without its JSON: compare
-    /// it with [`Self::same_content`] and [`Self::render`] it only when it
-    /// differs from the one published.
+    /// merge of its own rows over the ones it read), with the evidence `detail`
+    /// gives for a row (this host's), without its JSON: compare it with
+    /// [`Self::same_content`] and [`Self::render`] it only when it differs from
+    /// the one published.
     pub fn assemble(
         most_recent: [Option<&job::Model>; 4],
         live: &[&job::Model],
+        detail: &dyn Fn(&job::Model) -> Option<Arc<Detail>>,
         metadatabase_ok: bool,
         thresholds: &Thresholds,
         now: DateTime<Utc>,
@@ -438,6 +448,7 @@ impl HealthReport {
                             .executor_health()
                             .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string())),
                         checked_at: r.executor_health_checked_at,
+                        detail: detail(r),
                     })
                     .collect();
                 instances.sort_by(|a, b| {

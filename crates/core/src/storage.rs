@@ -296,7 +296,7 @@ fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> String {
 /// A UTC time as a SQL literal that reads back exactly as the driver would have
 /// bound it: `timestamptz` on Postgres, naive UTC on MySQL (whose session runs in
 /// UTC), and on SQLite the RFC 3339 text sqlx writes for a `DateTime<Utc>`.
-fn timestamp_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
+pub(crate) fn timestamp_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
     let at = to_micros(at);
     match backend {
         DbBackend::Postgres => format!(

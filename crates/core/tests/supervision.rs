@@ -558,6 +558,7 @@ fn a_poll_running_when_its_executor_actor_restarts_is_answered_by_its_reply() {
             executor: 0,
             tick,
             health,
+            detail: None,
         };
         assert_eq!(
             *answers.0.lock().unwrap(),
@@ -591,6 +592,7 @@ fn answers_to_polls_no_longer_in_flight_are_ignored() {
                 executor,
                 tick,
                 health: ExecutorHealth::Healthy,
+                detail: None,
             });
         }
         tokio::time::sleep(Duration::from_secs(25)).await;

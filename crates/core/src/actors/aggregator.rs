@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::connect;
+use crate::detail::Detail;
 use crate::entity::job;
 use crate::job::{ExecutorHealth, JobState, JobType};
 use crate::report::{HealthReport, Thresholds, type_index};
@@ -122,6 +123,8 @@ struct OwnRow {
     /// from `written`.
     version: u64,
     written: u64,
+    /// The latest evidence beside the verdict: shown in the report, never written.
+    detail: Option<Arc<Detail>>,
 }
 
 impl OwnRow {
@@ -247,6 +250,7 @@ impl Aggregator {
                 fresh: false,
                 version: 0,
                 written: 0,
+                detail: None,
             })
             .collect();
         let own_ids = own
@@ -566,9 +570,16 @@ impl Aggregator {
         let mut most_recent = self.most_recent.each_ref().map(Option::as_ref);
         let executor = type_index(JobType::ExecutorJob);
         most_recent[executor] = self.most_recent_executor();
+        let own_ids = &self.own_ids;
+        let own = &self.own;
+        let detail = |row: &job::Model| {
+            let index = *own_ids.get(&row.id)?;
+            own[index].detail.clone()
+        };
         let mut report = HealthReport::assemble(
             most_recent,
             &live,
+            &detail,
             self.metadatabase_ok,
             &self.settings.thresholds,
             now,
@@ -662,7 +673,14 @@ impl Handler<NewVerdict> for Aggregator {
         };
         let unchanged =
             own.row.executor_health_checked_at.is_some() && own.health() == verdict.health;
+        let new_detail = own.detail != verdict.detail;
+        if new_detail {
+            own.detail = verdict.detail;
+        }
         if unchanged {
+            if new_detail {
+                self.publish_soon(ctx);
+            }
             return;
         }
         own.set(

@@ -33,8 +33,11 @@ use tokio::time::Instant;
 
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
+use crate::detail::{Detail, Observation};
 use crate::duration;
+use crate::flow::FlowWatch;
 use crate::job::ExecutorHealth;
+use crate::queued::{AirflowNames, QueuedBoard};
 use crate::stats::ExecutorStats;
 
 /// Asks an executor for its health, for one poll. Answered with an
@@ -67,8 +70,11 @@ pub struct Answered {
     pub executor: usize,
     /// The tick of the poll answered.
     pub tick: u64,
-    /// The verdict (scrubbed of credentials).
+    /// The verdict (scrubbed of credentials), judged with the evidence
+    /// ([`crate::flow`]).
     pub health: ExecutorHealth,
+    /// The evidence, when there is any.
+    pub detail: Option<Arc<Detail>>,
 }
 
 /// The way back for one poll's answer. It answers once: with the verdict, or,
@@ -82,17 +88,18 @@ struct Reply {
 }
 
 impl Reply {
-    fn send(mut self, health: ExecutorHealth) {
-        self.answer(health);
+    fn send(mut self, observation: Observation) {
+        self.answer(observation);
     }
 
-    fn answer(&mut self, health: ExecutorHealth) {
+    fn answer(&mut self, observation: Observation) {
         if let Some(to) = self.to.take() {
             // A supervisor that is gone (stopped, restarted) needs no answer.
             to.do_send(Answered {
                 executor: self.executor,
                 tick: self.tick,
-                health,
+                health: observation.health,
+                detail: observation.detail.map(Arc::new),
             });
         }
     }
@@ -100,10 +107,23 @@ impl Reply {
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        self.answer(ExecutorHealth::unhealthy(
-            "the executor's actor did not answer: it stopped with the poll unanswered",
-        ));
+        self.answer(
+            ExecutorHealth::unhealthy(
+                "the executor's actor did not answer: it stopped with the poll unanswered",
+            )
+            .into(),
+        );
     }
+}
+
+/// Where an executor's actor finds the task instances Airflow holds queued
+/// ([`crate::queued`]), and which of them are its own.
+#[derive(Debug, Clone)]
+pub struct QueuedSource {
+    /// The latest read of `task_instance`, shared by every executor.
+    pub board: Arc<QueuedBoard>,
+    /// The `task_instance.executor` values that mean this executor.
+    pub names: AirflowNames,
 }
 
 /// How often a panicking check may restart its actor before it backs off.
@@ -152,6 +172,10 @@ pub struct ExecutorActor {
     /// This executor as the pool's watchdog knows it: whether its async check
     /// blocks its thread. Kept across restarts, as the check's code is.
     watched: Arc<Watched>,
+    /// Its queues' history, for the rules on work flowing; kept across restarts.
+    flow: FlowWatch,
+    /// Airflow's queued task instances, when the database has them.
+    queued: Option<QueuedSource>,
 }
 
 impl ExecutorActor {
@@ -174,7 +198,30 @@ impl ExecutorActor {
             backoff_until: None,
             next_backoff: policy.backoff,
             tripped: false,
+            flow: FlowWatch::default(),
+            queued: None,
         }
+    }
+
+    /// Judges work flowing with the task instances Airflow holds queued, read
+    /// from `source` at each poll.
+    pub fn with_queued(mut self, source: QueuedSource) -> Self {
+        self.queued = Some(source);
+        self
+    }
+
+    /// The check's observation, judged with the evidence of work flowing.
+    fn judge(&mut self, observation: Observation) -> Observation {
+        let queued = self.queued.as_ref().and_then(|source| {
+            let snapshot = source.board.latest()?;
+            Some(snapshot.for_executor(&source.names, self.executor.max_queued_age))
+        });
+        self.flow.judge(
+            observation,
+            queued,
+            self.executor.max_queued_age,
+            Instant::now(),
+        )
     }
 
     /// Starts the actor under an actix `Supervisor`, which restarts it when it stops.
@@ -192,7 +239,7 @@ impl ExecutorActor {
                 let check = check.clone();
                 let work = async move {
                     let _running = running;
-                    check.get_health().await
+                    check.observe().await
                 };
                 Box::pin(self.checks.run(work, &self.watched))
             }
@@ -204,7 +251,7 @@ impl ExecutorActor {
                     .spawn(move || {
                         let _running = running;
                         let outcome =
-                            std::panic::catch_unwind(AssertUnwindSafe(|| check.get_health()))
+                            std::panic::catch_unwind(AssertUnwindSafe(|| check.observe()))
                                 .map_err(|payload| panic_message(payload.as_ref()));
                         let _ = tx.send(outcome);
                     });
@@ -216,7 +263,9 @@ impl ExecutorActor {
                     }),
                     Err(e) => {
                         let reason = format!("cannot start a thread for the health check: {e}");
-                        Box::pin(std::future::ready(Ok(ExecutorHealth::unhealthy(reason))))
+                        Box::pin(std::future::ready(Ok(
+                            ExecutorHealth::unhealthy(reason).into()
+                        )))
                     }
                 }
             }
@@ -224,8 +273,8 @@ impl ExecutorActor {
     }
 }
 
-/// A running check: the verdict, or the panic's message.
-type Outcome = std::pin::Pin<Box<dyn Future<Output = Result<ExecutorHealth, String>>>>;
+/// A running check: its observation, or the panic's message.
+type Outcome = std::pin::Pin<Box<dyn Future<Output = Result<Observation, String>>>>;
 
 impl Actor for ExecutorActor {
     type Context = Context<Self>;
@@ -277,7 +326,7 @@ impl Handler<CheckHealth> for ExecutorActor {
                     duration::short(self.policy.window),
                     (until - Instant::now()).as_secs_f64().ceil(),
                 );
-                reply.send(ExecutorHealth::unhealthy(reason));
+                reply.send(ExecutorHealth::unhealthy(reason).into());
                 return;
             }
             self.backoff_until = None;
@@ -286,21 +335,24 @@ impl Handler<CheckHealth> for ExecutorActor {
             self.run_check()
                 .into_actor(self)
                 .map(move |outcome, act, ctx| match outcome {
-                    Ok(health) => {
+                    Ok(observation) => {
                         act.tripped = false;
                         act.next_backoff = act.policy.backoff;
                         // Every verdict passes here on its way to the table and
                         // the report: a check that quotes a URL in its reason
-                        // loses its credentials here, whoever wrote the check.
-                        reply.send(health.scrubbed());
+                        // or its detail loses its credentials here, whoever
+                        // wrote the check.
+                        let judged = act.judge(observation.scrubbed());
+                        reply.send(judged);
                     }
                     Err(message) => {
                         let message = crate::secret::scrub(&message);
                         ExecutorStats::bump(&act.stats.panics);
                         tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
-                        reply.send(ExecutorHealth::unhealthy(format!(
-                            "health check panicked: {message}"
-                        )));
+                        reply.send(
+                            ExecutorHealth::unhealthy(format!("health check panicked: {message}"))
+                                .into(),
+                        );
                         ctx.stop();
                     }
                 }),

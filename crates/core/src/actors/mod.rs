@@ -7,5 +7,5 @@ pub mod executor;
 pub mod supervisor;
 
 pub use aggregator::Aggregator;
-pub use executor::{Answered, CheckHealth, ExecutorActor, RestartPolicy};
+pub use executor::{Answered, CheckHealth, ExecutorActor, QueuedSource, RestartPolicy};
 pub use supervisor::{HealthSupervisor, NewVerdict, PollSettings};

@@ -23,7 +23,9 @@
 //! a poll nobody runs.
 //!
 //! Verdicts go, as [`NewVerdict`] messages, to a recipient (the
-//! [`Aggregator`](super::Aggregator)).
+//! [`Aggregator`](super::Aggregator)): when the verdict held changes (past the
+//! damping), and when only its evidence ([`Detail`]) does, then with the
+//! verdict held.
 //!
 //! The log says what an operator acts on, once: a verdict that turns `unhealthy`
 //! is one `WARN` line naming the executor, its instance and the reason; the
@@ -37,22 +39,26 @@ use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use crate::detail::Detail;
 use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
 
 use super::executor::{Answered, CheckHealth, ExecutorActor};
 
-/// The message carrying an executor's new verdict (one that passed the damping
-/// thresholds), by the executor's index in the supervisor's list.
+/// The message carrying an executor's verdict, by the executor's index in the
+/// supervisor's list: sent when a new verdict passed the damping thresholds,
+/// or when the evidence changed under the verdict held.
 #[derive(Debug, Clone, PartialEq, Eq, Message)]
 #[rtype(result = "()")]
 pub struct NewVerdict {
     /// The executor's index, in the order executors were given.
     pub executor: usize,
-    /// The verdict.
+    /// The verdict held.
     pub health: ExecutorHealth,
     /// When it was made.
     pub checked_at: DateTime<Utc>,
+    /// The latest poll's evidence (`None` when it gave none, or timed out).
+    pub detail: Option<Arc<Detail>>,
 }
 
 /// How the supervisor polls.
@@ -103,6 +109,10 @@ struct Polled {
     since: Instant,
     failures: u32,
     successes: u32,
+    /// When `reported` was made; `None` before the first verdict.
+    reported_at: Option<DateTime<Utc>>,
+    /// The evidence last sent.
+    detail: Option<Arc<Detail>>,
 }
 
 /// The actor that polls every executor.
@@ -134,6 +144,8 @@ impl HealthSupervisor {
                 since: Instant::now(),
                 failures: 0,
                 successes: 0,
+                reported_at: None,
+                detail: None,
             })
             .collect();
         Self {
@@ -195,7 +207,7 @@ impl HealthSupervisor {
             ExecutorStats::bump(&executor.stats.timeouts);
             // The verdict's line says it, once; a poll's timeout is detail.
             tracing::debug!(executor = %executor.label, "{reason}");
-            self.observe(index, ExecutorHealth::unhealthy(reason.clone()));
+            self.observe(index, ExecutorHealth::unhealthy(reason.clone()), None);
         }
     }
 
@@ -206,6 +218,7 @@ impl HealthSupervisor {
             executor: index,
             tick,
             health,
+            detail,
         } = answer;
         let Some(executor) = self.executors.get_mut(index) else {
             return;
@@ -227,11 +240,12 @@ impl HealthSupervisor {
             return;
         }
         executor.stats.observe_poll(in_flight.sent.elapsed());
-        self.observe(index, health);
+        self.observe(index, health, detail);
     }
 
-    /// Applies the damping thresholds, and reports the verdict that results.
-    fn observe(&mut self, index: usize, observed: ExecutorHealth) {
+    /// Applies the damping thresholds, and reports the verdict that results;
+    /// or, when the verdict held stays, the evidence if it changed.
+    fn observe(&mut self, index: usize, observed: ExecutorHealth, detail: Option<Arc<Detail>>) {
         let settings = self.settings;
         let executor = &mut self.executors[index];
         let report = match &observed {
@@ -254,6 +268,15 @@ impl HealthSupervisor {
             }
         };
         if !report {
+            if executor.detail != detail {
+                executor.detail = detail.clone();
+                self.sink.do_send(NewVerdict {
+                    executor: index,
+                    health: executor.reported.clone(),
+                    checked_at: executor.reported_at.unwrap_or_else(Utc::now),
+                    detail,
+                });
+            }
             return;
         }
         log_change(
@@ -265,11 +288,15 @@ impl HealthSupervisor {
         if executor.reported.as_str() != observed.as_str() {
             executor.since = Instant::now();
         }
+        let now = Utc::now();
         executor.reported = observed.clone();
+        executor.reported_at = Some(now);
+        executor.detail = detail.clone();
         self.sink.do_send(NewVerdict {
             executor: index,
             health: observed,
-            checked_at: Utc::now(),
+            checked_at: now,
+            detail,
         });
     }
 }

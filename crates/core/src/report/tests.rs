@@ -116,7 +116,8 @@ fn every_shape() -> Vec<job::Model> {
 
 /// The JSON is what the hand-written renderer wrote before the report's
 /// types wrote it themselves, byte for byte: Airflow's fields in Airflow's
-/// order, `null`s, and Python's `isoformat()`.
+/// order, `null`s, and Python's `isoformat()`; each executor instance has
+/// gained `detail` since (null for rows read from the table).
 #[test]
 fn the_json_is_byte_for_byte_what_it_always_was() {
     let mut job_rows = JobRows::default();
@@ -141,7 +142,7 @@ fn the_json_is_byte_for_byte_what_it_always_was() {
     let full = HealthReport::build(&job_rows, true, &thresholds(), now());
     assert_eq!(
         full.json(),
-        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00"},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":null,"checked_at":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00"}]}}"##
+        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":null,"checked_at":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00","detail":null}]}}"##
     );
     let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
     assert_eq!(
@@ -391,9 +392,69 @@ fn an_executor_instance_carries_its_verdict_reason_and_check_time() {
                 "health": "unhealthy",
                 "reason": "broker unreachable: connection refused",
                 "checked_at": "2026-11-29T19:48:46.365305+00:00",
+                "detail": null,
             }],
         })
     );
+}
+
+#[test]
+fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
+    use crate::detail::{Detail, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail};
+    let rows = [
+        executor_row(7, 2, "sched-1", ExecutorHealth::Healthy),
+        executor_row(8, 2, "sched-2", ExecutorHealth::Healthy),
+    ];
+    let detail = std::sync::Arc::new(Detail {
+        queues: vec![QueueDetail {
+            name: "default".into(),
+            broker: "redis://broker:6379/0".into(),
+            depth: Some(3),
+            consumers: None,
+        }],
+        workers: Some(vec![WorkerDetail {
+            name: "celery@w1".into(),
+            queues: Some(vec!["default".into()]),
+        }]),
+        queued_tasks: Some(QueuedTasks {
+            count: 2,
+            oldest_seconds: Some(42),
+            queues: vec![QueuedOnQueue {
+                queue: "default".into(),
+                count: 2,
+                oldest_seconds: Some(42),
+                overdue: 0,
+            }],
+        }),
+    });
+    let live: Vec<&job::Model> = rows.iter().collect();
+    let mut most_recent: [Option<&job::Model>; 4] = Default::default();
+    most_recent[type_index(JobType::ExecutorJob)] = Some(&rows[0]);
+    let mut report = HealthReport::assemble(
+        most_recent,
+        &live,
+        &|row: &job::Model| (row.id == 7).then(|| detail.clone()),
+        true,
+        &thresholds(),
+        now(),
+    );
+    report.render();
+    let body: serde_json::Value = serde_json::from_str(report.json()).unwrap();
+    let instances = &body["executor"]["instances"];
+    assert_eq!(
+        instances[0]["detail"],
+        serde_json::json!({
+            "queues": [{"name": "default", "broker": "redis://broker:6379/0", "depth": 3, "consumers": null}],
+            "workers": [{"name": "celery@w1", "queues": ["default"]}],
+            "queued_tasks": {
+                "count": 2,
+                "oldest_seconds": 42,
+                "queues": [{"queue": "default", "count": 2, "oldest_seconds": 42, "overdue": 0}],
+            },
+        })
+    );
+    assert_eq!(instances[1]["hostname"], "sched-2");
+    assert_eq!(instances[1]["detail"], serde_json::Value::Null);
 }
 
 #[test]
@@ -456,7 +517,8 @@ fn an_assembled_report_says_the_same_as_the_built_one_and_compares_by_content() 
     let live: Vec<&job::Model> = rows.live.iter().collect();
     let most_recent = rows.most_recent.each_ref().map(Option::as_ref);
     let later = now() + chrono::Duration::seconds(1);
-    let mut assembled = HealthReport::assemble(most_recent, &live, true, &thresholds(), later);
+    let mut assembled =
+        HealthReport::assemble(most_recent, &live, &|_| None, true, &thresholds(), later);
     assert!(assembled.json().is_empty(), "not rendered until asked");
     assert!(
         assembled.same_content(&built),
@@ -467,8 +529,15 @@ fn an_assembled_report_says_the_same_as_the_built_one_and_compares_by_content() 
 
     let unhealthy = executor_row(2, 1, "sched-1", ExecutorHealth::unhealthy("broker down"));
     let live = vec![live[0], &unhealthy];
-    let changed = HealthReport::assemble(most_recent, &live, true, &thresholds(), now());
+    let changed = HealthReport::assemble(most_recent, &live, &|_| None, true, &thresholds(), now());
     assert!(!changed.same_content(&built), "a verdict changed");
-    let unread = HealthReport::assemble(most_recent, &live[..1], false, &thresholds(), now());
+    let unread = HealthReport::assemble(
+        most_recent,
+        &live[..1],
+        &|_| None,
+        false,
+        &thresholds(),
+        now(),
+    );
     assert!(!unread.same_content(&built), "the metadatabase changed");
 }

@@ -1,0 +1,143 @@
+//! The evidence beside a verdict: what a check saw of the work, not only
+//! whether the executor answered.
+//!
+//! A check returns an [`Observation`]: its verdict and, when it can say more, a
+//! [`Detail`] (the queues it read, the workers that answered). The executor's
+//! actor adds what Airflow's own tables say ([`QueuedTasks`], from
+//! `task_instance`) and judges whether work flows ([`crate::flow`]). The detail
+//! travels to the report and `/metrics`, never to the Jobs table, whose verdict
+//! columns stay as the seed defines them.
+//!
+//! Every string in it is safe to show: brokers appear by their identity, without
+//! credentials, and the executor's actor scrubs the rest.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::job::ExecutorHealth;
+
+/// What one check of an executor found: the verdict, and the evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// The verdict.
+    pub health: ExecutorHealth,
+    /// The evidence, when the check has any to give.
+    pub detail: Option<Detail>,
+}
+
+impl Observation {
+    /// A verdict with its evidence.
+    pub fn new(health: ExecutorHealth, detail: Detail) -> Self {
+        Self {
+            health,
+            detail: Some(detail),
+        }
+    }
+}
+
+impl Observation {
+    /// The same observation with any URL credentials in its text masked
+    /// ([`crate::secret::scrub`]): the reason, and every name in the detail.
+    pub fn scrubbed(self) -> Self {
+        let scrub = |s: &mut String| *s = crate::secret::scrub(s);
+        let detail = self.detail.map(|mut detail| {
+            for queue in &mut detail.queues {
+                scrub(&mut queue.name);
+                scrub(&mut queue.broker);
+            }
+            for worker in detail.workers.iter_mut().flatten() {
+                scrub(&mut worker.name);
+                worker.queues.iter_mut().flatten().for_each(scrub);
+            }
+            detail
+        });
+        Self {
+            health: self.health.scrubbed(),
+            detail,
+        }
+    }
+}
+
+impl From<ExecutorHealth> for Observation {
+    fn from(health: ExecutorHealth) -> Self {
+        Self {
+            health,
+            detail: None,
+        }
+    }
+}
+
+/// The evidence of one executor instance's latest check, beside its verdict in
+/// the report (`detail`). A field the executor cannot tell about is `null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Detail {
+    /// Each configured queue on each broker that answered, with its depth and
+    /// consumers.
+    pub queues: Vec<QueueDetail>,
+    /// The workers that answered the remote-control ping, with the queues each
+    /// consumes; `null` when the check does not ping workers.
+    pub workers: Option<Vec<WorkerDetail>>,
+    /// Task instances Airflow holds in `queued` for this executor, from its
+    /// `task_instance` table; `null` when the database has none (Overseer's
+    /// own SQLite) or could not be read.
+    pub queued_tasks: Option<QueuedTasks>,
+}
+
+impl Detail {
+    /// True when there is nothing to show.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.workers.is_none() && self.queued_tasks.is_none()
+    }
+}
+
+/// One queue on one broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct QueueDetail {
+    /// The queue's name (`default`).
+    pub name: String,
+    /// The broker it is on, without credentials (`redis://broker:6379/0`).
+    pub broker: String,
+    /// Messages waiting in it; `null` when it could not be read.
+    pub depth: Option<u64>,
+    /// Workers consuming it: RabbitMQ counts its consumers; on Redis, the
+    /// workers that answered `active_queues` naming it. `null` when the
+    /// transport cannot say (Redis without `worker_ping`).
+    pub consumers: Option<u32>,
+}
+
+/// One worker that answered the ping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct WorkerDetail {
+    /// Its node name (`celery@host-a`).
+    pub name: String,
+    /// The queues it consumes, as it answered `active_queues`; `null` when it
+    /// did not say.
+    pub queues: Option<Vec<String>>,
+}
+
+/// Task instances in state `queued` for one executor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct QueuedTasks {
+    /// How many, on every queue.
+    pub count: u64,
+    /// The age of the oldest (from `queued_dttm`), in whole seconds; `null`
+    /// when none is queued.
+    pub oldest_seconds: Option<u64>,
+    /// Per queue, by name.
+    pub queues: Vec<QueuedOnQueue>,
+}
+
+/// Task instances in state `queued` on one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct QueuedOnQueue {
+    /// The queue (`task_instance.queue`).
+    pub queue: String,
+    /// How many.
+    pub count: u64,
+    /// The age of the oldest, in whole seconds; `null` when no `queued_dttm`
+    /// was recorded.
+    pub oldest_seconds: Option<u64>,
+    /// How many have been queued longer than the executor's `max_queued_age`
+    /// (0 when that rule is off).
+    pub overdue: u64,
+}

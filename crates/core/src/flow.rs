@@ -1,0 +1,197 @@
+//! Whether work flows: the rules that turn a check's evidence into a verdict,
+//! all of them here, for every executor kind.
+//!
+//! A check says whether the executor answers (a broker that accepts a
+//! connection, workers that answer ping). The executor's actor then asks this
+//! module whether work moves, from three kinds of evidence, each judged over
+//! the executor's `max_queued_age` (default [`DEFAULT_MAX_QUEUED_AGE`], `0s`
+//! turns every rule off):
+//!
+//! | evidence | unhealthy when | reason |
+//! |---|---|---|
+//! | Airflow's `task_instance` rows in `queued` ([`QueuedTasks`]) | some were queued longer than the limit | `3 task instances queued longer than 5m on queue default (oldest 14m)` |
+//! | a queue with messages and no consumer | it stayed so for the limit | `queue gpu: 4 messages waiting and no worker consumes it (for 5m)` |
+//! | a queue with messages whose depth never went down | for the limit, consumers or not known | `queue default: 120 messages waiting, none taken in 5m, 2 consumers` |
+//!
+//! An empty queue is never a finding (workers scaled to zero by an autoscaler
+//! are fine while nothing waits). Findings combine with the check's verdict:
+//! - the check says `unhealthy`: it stays so, the findings appended to its reason;
+//! - the check says `healthy`: any finding makes it `unhealthy`;
+//! - the check says `unknown` (no check for this executor kind, a transport not
+//!   checked): with Airflow's queued task instances known, the verdict is theirs
+//!   (`healthy` when nothing is overdue), so a LocalExecutor or a
+//!   KubernetesExecutor gets a real verdict; without, `unknown` stays.
+//!
+//! The verdict that results is what the supervisor's damping
+//! (`failures_before_unhealthy`, `successes_before_healthy`) counts, as any
+//! other observation.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::detail::{Observation, QueueDetail, QueuedTasks};
+use crate::duration;
+use crate::job::ExecutorHealth;
+
+/// How long work may wait before the executor is unhealthy, by default:
+/// shorter than Airflow's `[scheduler] task_queued_timeout` (10 min, after which
+/// Airflow fails the task) so that the operator hears first.
+pub const DEFAULT_MAX_QUEUED_AGE: Duration = Duration::from_secs(300);
+
+/// What one executor's actor remembers of its queues across polls.
+#[derive(Debug, Default)]
+pub struct FlowWatch {
+    queues: HashMap<(String, String), QueueHistory>,
+}
+
+/// One queue's history: since when it made progress, since when nobody consumes it.
+#[derive(Debug, Clone, Copy)]
+struct QueueHistory {
+    depth: u64,
+    /// The last poll that found it empty or shallower than the one before
+    /// (or first saw it).
+    progress_at: Instant,
+    /// Since when it has held messages with no consumer.
+    unconsumed_since: Option<Instant>,
+}
+
+impl FlowWatch {
+    /// Judges a check's observation at `now`, with the task instances Airflow
+    /// holds queued for this executor (`None`: not known), over `max_age`
+    /// (`ZERO`: the rules are off; the evidence is still shown).
+    pub fn judge(
+        &mut self,
+        observation: Observation,
+        queued: Option<QueuedTasks>,
+        max_age: Duration,
+        now: Instant,
+    ) -> Observation {
+        let Observation { health, detail } = observation;
+        let mut detail = detail.unwrap_or_default();
+        let mut findings = self.queue_findings(&detail.queues, max_age, now);
+        if let Some(queued) = &queued {
+            findings.splice(0..0, queued_findings(queued, max_age));
+        }
+        let rules_on = !max_age.is_zero();
+        let health = match health {
+            ExecutorHealth::Unhealthy { reason } if !findings.is_empty() => {
+                ExecutorHealth::unhealthy(format!("{reason}; {}", findings.join("; ")))
+            }
+            unhealthy @ ExecutorHealth::Unhealthy { .. } => unhealthy,
+            _ if !findings.is_empty() => ExecutorHealth::unhealthy(findings.join("; ")),
+            ExecutorHealth::Unknown if rules_on && queued.is_some() => ExecutorHealth::Healthy,
+            other => other,
+        };
+        detail.queued_tasks = queued;
+        Observation {
+            health,
+            detail: (!detail.is_empty()).then_some(detail),
+        }
+    }
+
+    /// Updates each queue's history and says which ones stopped moving.
+    fn queue_findings(
+        &mut self,
+        queues: &[QueueDetail],
+        max_age: Duration,
+        now: Instant,
+    ) -> Vec<String> {
+        let several_brokers = queues.iter().any(|q| q.broker != queues[0].broker);
+        let mut seen = HashMap::with_capacity(queues.len());
+        let mut findings = Vec::new();
+        for queue in queues {
+            let key = (queue.broker.clone(), queue.name.clone());
+            let Some(depth) = queue.depth else {
+                if let Some(history) = self.queues.remove(&key) {
+                    seen.insert(key, history);
+                }
+                continue;
+            };
+            let mut history = self.queues.remove(&key).unwrap_or(QueueHistory {
+                depth,
+                progress_at: now,
+                unconsumed_since: None,
+            });
+            if depth == 0 || depth < history.depth {
+                history.progress_at = now;
+            }
+            history.depth = depth;
+            let unconsumed = depth > 0 && queue.consumers == Some(0);
+            history.unconsumed_since = if unconsumed {
+                Some(history.unconsumed_since.unwrap_or(now))
+            } else {
+                None
+            };
+            if !max_age.is_zero() {
+                let name = if several_brokers {
+                    format!("queue {} on {}", queue.name, queue.broker)
+                } else {
+                    format!("queue {}", queue.name)
+                };
+                if let Some(since) = history.unconsumed_since {
+                    let held = now.saturating_duration_since(since);
+                    if held >= max_age {
+                        findings.push(format!(
+                            "{name}: {} waiting and no worker consumes it (for {})",
+                            messages(depth),
+                            duration::age(held)
+                        ));
+                    }
+                } else if depth > 0 && now.saturating_duration_since(history.progress_at) >= max_age
+                {
+                    let consumers = match queue.consumers {
+                        Some(n) => format!(", {n} consumer{}", plural(u64::from(n))),
+                        None => String::new(),
+                    };
+                    findings.push(format!(
+                        "{name}: {} waiting, none taken in {}{consumers}",
+                        messages(depth),
+                        duration::age(max_age)
+                    ));
+                }
+            }
+            seen.insert(key, history);
+        }
+        // Queues no longer reported (a broker that stopped answering) start afresh.
+        self.queues = seen;
+        findings
+    }
+}
+
+/// The queues holding task instances queued longer than `max_age`.
+fn queued_findings(queued: &QueuedTasks, max_age: Duration) -> Vec<String> {
+    if max_age.is_zero() {
+        return Vec::new();
+    }
+    queued
+        .queues
+        .iter()
+        .filter(|q| q.overdue > 0)
+        .map(|q| {
+            let oldest = q
+                .oldest_seconds
+                .map(|s| format!(" (oldest {})", duration::age(Duration::from_secs(s))))
+                .unwrap_or_default();
+            format!(
+                "{} task instance{} queued longer than {} on queue {}{oldest}",
+                q.overdue,
+                plural(q.overdue),
+                duration::age(max_age),
+                q.queue
+            )
+        })
+        .collect()
+}
+
+fn messages(n: u64) -> String {
+    format!("{n} message{}", plural(n))
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,343 @@
+//! The rules of `flow`, as tables: what each observation gives, and how it
+//! combines with the check's own verdict.
+
+use super::*;
+use crate::detail::{Detail, QueuedOnQueue};
+
+const LIMIT: Duration = Duration::from_secs(300);
+const BROKER: &str = "redis://broker:6379/0";
+
+fn queue(name: &str, depth: Option<u64>, consumers: Option<u32>) -> QueueDetail {
+    QueueDetail {
+        name: name.into(),
+        broker: BROKER.into(),
+        depth,
+        consumers,
+    }
+}
+
+fn with_queues(health: ExecutorHealth, queues: Vec<QueueDetail>) -> Observation {
+    Observation::new(
+        health,
+        Detail {
+            queues,
+            ..Detail::default()
+        },
+    )
+}
+
+fn queued(queues: &[(&str, u64, Option<u64>, u64)]) -> QueuedTasks {
+    QueuedTasks {
+        count: queues.iter().map(|q| q.1).sum(),
+        oldest_seconds: queues.iter().filter_map(|q| q.2).max(),
+        queues: queues
+            .iter()
+            .map(|&(queue, count, oldest_seconds, overdue)| QueuedOnQueue {
+                queue: queue.into(),
+                count,
+                oldest_seconds,
+                overdue,
+            })
+            .collect(),
+    }
+}
+
+fn unhealthy(reason: &str) -> ExecutorHealth {
+    ExecutorHealth::unhealthy(reason)
+}
+
+#[test]
+fn queued_task_instances_give_the_verdict_with_the_check_s() {
+    let overdue = queued(&[("default", 3, Some(840), 3), ("gpu", 1, Some(20), 0)]);
+    let fresh = queued(&[("default", 2, Some(30), 0)]);
+    let none = QueuedTasks::default();
+    let reason = "3 task instances queued longer than 5m on queue default (oldest 14m)";
+    let cases: Vec<(
+        &str,
+        ExecutorHealth,
+        Option<QueuedTasks>,
+        Duration,
+        ExecutorHealth,
+    )> = vec![
+        (
+            "healthy check, none overdue",
+            ExecutorHealth::Healthy,
+            Some(fresh.clone()),
+            LIMIT,
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "healthy check, some overdue",
+            ExecutorHealth::Healthy,
+            Some(overdue.clone()),
+            LIMIT,
+            unhealthy(reason),
+        ),
+        (
+            "unhealthy check keeps its reason first",
+            unhealthy("broker down"),
+            Some(overdue.clone()),
+            LIMIT,
+            unhealthy(&format!("broker down; {reason}")),
+        ),
+        (
+            "unhealthy check, none overdue",
+            unhealthy("broker down"),
+            Some(fresh.clone()),
+            LIMIT,
+            unhealthy("broker down"),
+        ),
+        (
+            "no check, nothing queued: a real verdict",
+            ExecutorHealth::Unknown,
+            Some(none.clone()),
+            LIMIT,
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "no check, some overdue",
+            ExecutorHealth::Unknown,
+            Some(overdue.clone()),
+            LIMIT,
+            unhealthy(reason),
+        ),
+        (
+            "no check, table unknown",
+            ExecutorHealth::Unknown,
+            None,
+            LIMIT,
+            ExecutorHealth::Unknown,
+        ),
+        (
+            "rule off: overdue ignored",
+            ExecutorHealth::Healthy,
+            Some(overdue.clone()),
+            Duration::ZERO,
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "rule off: unknown stays unknown",
+            ExecutorHealth::Unknown,
+            Some(none),
+            Duration::ZERO,
+            ExecutorHealth::Unknown,
+        ),
+    ];
+    for (case, check, queued, max_age, expected) in cases {
+        let judged =
+            FlowWatch::default().judge(check.into(), queued.clone(), max_age, Instant::now());
+        assert_eq!(judged.health, expected, "{case}");
+        assert_eq!(
+            judged.detail.and_then(|d| d.queued_tasks),
+            queued,
+            "{case}: the evidence is shown whatever the verdict"
+        );
+    }
+}
+
+#[test]
+fn one_task_instance_is_not_plural() {
+    let judged = FlowWatch::default().judge(
+        ExecutorHealth::Healthy.into(),
+        Some(queued(&[("default", 1, Some(61), 1)])),
+        Duration::from_secs(60),
+        Instant::now(),
+    );
+    assert_eq!(
+        judged.health,
+        unhealthy("1 task instance queued longer than 1m on queue default (oldest 1m 1s)")
+    );
+}
+
+/// One queue's depth and consumers at each poll, a minute apart, and the
+/// verdict after each (limit 5m).
+fn run(polls: &[(Option<u64>, Option<u32>)]) -> Vec<ExecutorHealth> {
+    let start = Instant::now();
+    let mut watch = FlowWatch::default();
+    polls
+        .iter()
+        .enumerate()
+        .map(|(minute, &(depth, consumers))| {
+            let at = start + Duration::from_secs(60 * minute as u64);
+            watch
+                .judge(
+                    with_queues(
+                        ExecutorHealth::Healthy,
+                        vec![queue("gpu", depth, consumers)],
+                    ),
+                    None,
+                    LIMIT,
+                    at,
+                )
+                .health
+        })
+        .collect()
+}
+
+#[test]
+fn a_queue_with_messages_and_no_consumer_is_unhealthy_once_it_held_the_limit() {
+    let h = ExecutorHealth::Healthy;
+    let verdicts = run(&[(Some(4), Some(0)); 7]);
+    let stuck = |m| {
+        unhealthy(&format!(
+            "queue gpu: 4 messages waiting and no worker consumes it (for {m}m)"
+        ))
+    };
+    assert_eq!(
+        verdicts,
+        vec![
+            h.clone(),
+            h.clone(),
+            h.clone(),
+            h.clone(),
+            h.clone(),
+            stuck(5),
+            stuck(6)
+        ]
+    );
+
+    // Empty and unconsumed (workers scaled to zero): fine, for ever.
+    assert!(run(&[(Some(0), Some(0)); 8]).iter().all(|v| *v == h));
+    // A consumer came back in time: the clock starts again.
+    let verdicts = run(&[
+        (Some(4), Some(0)),
+        (Some(4), Some(0)),
+        (Some(4), Some(0)),
+        (Some(3), Some(1)),
+        (Some(4), Some(0)),
+        (Some(4), Some(0)),
+        (Some(4), Some(0)),
+    ]);
+    assert!(verdicts.iter().all(|v| *v == h), "{verdicts:?}");
+}
+
+#[test]
+fn a_queue_whose_depth_never_goes_down_is_stalled() {
+    let h = ExecutorHealth::Healthy;
+    // Catatonic workers: two consumers attached, the depth only grows.
+    let growing: Vec<_> = (0..7).map(|m| (Some(100 + 4 * m), Some(2))).collect();
+    let verdicts = run(&growing);
+    assert_eq!(verdicts[..5], vec![h.clone(); 5]);
+    assert_eq!(
+        verdicts[5],
+        unhealthy("queue gpu: 120 messages waiting, none taken in 5m, 2 consumers")
+    );
+    // Redis without worker_ping: consumers unknown, the same rule.
+    let verdicts = run(&[(Some(7), None); 6]);
+    assert_eq!(
+        verdicts[5],
+        unhealthy("queue gpu: 7 messages waiting, none taken in 5m")
+    );
+    // A busy queue: deep, but it goes down now and then.
+    let busy: Vec<_> = (0..12)
+        .map(|m| (Some(if m % 3 == 2 { 40 } else { 50 + m }), Some(3)))
+        .collect();
+    assert!(run(&busy).iter().all(|v| *v == h));
+    // Drained to zero, then refilled: progress.
+    let verdicts = run(&[
+        (Some(5), Some(1)),
+        (Some(5), Some(1)),
+        (Some(0), Some(1)),
+        (Some(5), Some(1)),
+        (Some(5), Some(1)),
+        (Some(5), Some(1)),
+        (Some(5), Some(1)),
+    ]);
+    assert!(verdicts.iter().all(|v| *v == h), "{verdicts:?}");
+    // A depth that could not be read neither helps nor hurts.
+    let verdicts = run(&[
+        (Some(5), Some(1)),
+        (None, None),
+        (None, None),
+        (None, None),
+        (None, None),
+        (Some(5), Some(1)),
+    ]);
+    assert_eq!(
+        verdicts[5],
+        unhealthy("queue gpu: 5 messages waiting, none taken in 5m, 1 consumer")
+    );
+}
+
+#[test]
+fn findings_combine_with_the_check_and_each_other() {
+    let start = Instant::now();
+    let mut watch = FlowWatch::default();
+    let queues = || {
+        vec![
+            queue("default", Some(0), Some(2)),
+            queue("gpu", Some(4), Some(0)),
+        ]
+    };
+    watch.judge(
+        with_queues(ExecutorHealth::Healthy, queues()),
+        None,
+        LIMIT,
+        start,
+    );
+    let later = start + LIMIT;
+    let overdue = queued(&[("gpu", 4, Some(400), 2)]);
+    let judged = watch.judge(
+        with_queues(ExecutorHealth::Healthy, queues()),
+        Some(overdue),
+        LIMIT,
+        later,
+    );
+    assert_eq!(
+        judged.health,
+        unhealthy(
+            "2 task instances queued longer than 5m on queue gpu (oldest 6m 40s); \
+             queue gpu: 4 messages waiting and no worker consumes it (for 5m)"
+        )
+    );
+    let detail = judged.detail.expect("the evidence is kept");
+    assert_eq!(detail.queues, queues());
+
+    // Several brokers (a failover list) name the broker too.
+    let mut watch = FlowWatch::default();
+    let other = QueueDetail {
+        broker: "redis://standby:6379/0".into(),
+        ..queue("gpu", Some(4), Some(0))
+    };
+    for at in [start, later] {
+        let judged = watch.judge(
+            with_queues(
+                ExecutorHealth::Healthy,
+                vec![queue("gpu", Some(0), Some(0)), other.clone()],
+            ),
+            None,
+            LIMIT,
+            at,
+        );
+        if at == later {
+            assert_eq!(
+                judged.health,
+                unhealthy(
+                    "queue gpu on redis://standby:6379/0: 4 messages waiting and no worker consumes it (for 5m)"
+                )
+            );
+        }
+    }
+}
+
+#[test]
+fn rules_off_still_show_the_evidence() {
+    let mut watch = FlowWatch::default();
+    let start = Instant::now();
+    for minute in 0..10 {
+        let judged = watch.judge(
+            with_queues(
+                ExecutorHealth::Healthy,
+                vec![queue("gpu", Some(4), Some(0))],
+            ),
+            None,
+            Duration::ZERO,
+            start + Duration::from_secs(60 * minute),
+        );
+        assert_eq!(judged.health, ExecutorHealth::Healthy);
+        assert_eq!(judged.detail.unwrap().queues.len(), 1);
+    }
+    // No evidence at all: no detail.
+    let judged = watch.judge(ExecutorHealth::Healthy.into(), None, LIMIT, start);
+    assert_eq!(judged, Observation::from(ExecutorHealth::Healthy));
+}
