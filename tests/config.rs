@@ -109,7 +109,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, max_queued_age, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -140,6 +140,12 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             toml: Some("[api]\nbind = \"localhost\"\n"),
             env: &[],
             line: "error: invalid configuration: api.bind (from overseer.toml): invalid socket address syntax",
+        },
+        Case {
+            what: "max_queued_age that is not a duration",
+            toml: Some("[[executors]]\nname = \"LocalExecutor\"\nmax_queued_age = \"soon\"\n"),
+            env: &[],
+            line: "error: invalid configuration: executors[0].max_queued_age (from overseer.toml): invalid duration \"soon\": expected a number and a unit, such as 10s or 500ms",
         },
         Case {
             what: "min_workers without worker_ping",
@@ -473,6 +479,7 @@ broker_url = "redis://toml-broker:6379/0"
 queues = ["default", "high"]
 worker_ping = true
 min_workers = 2
+max_queued_age = "2m"
 "#,
     )
     .unwrap();
@@ -541,7 +548,10 @@ min_workers = 2
     assert_eq!(celery["queues"].as_array().unwrap().len(), 2);
     assert_eq!(celery["worker_ping"].as_bool(), Some(true));
     assert_eq!(celery["min_workers"].as_integer(), Some(2));
+    assert_eq!(celery["max_queued_age"].as_str(), Some("2m"));
     assert!(executors[0].get("broker_url").is_none());
+    // Every executor is judged on its queued task instances, after 5m by default.
+    assert_eq!(executors[0]["max_queued_age"].as_str(), Some("5m"));
 }
 
 #[test]

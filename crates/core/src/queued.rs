@@ -11,7 +11,8 @@
 //! oldest `queued_dttm` and, for each distinct `max_queued_age` of the
 //! executors, how many were queued before it. It filters on `state` alone, so
 //! on Airflow's schema it is served by the `ti_state` index (`EXPLAIN` on
-//! Postgres: a bitmap index scan on `ti_state`, see `tests/queued_tasks.rs`).
+//! Postgres: `Index Scan using ti_state`, then a `HashAggregate`; see
+//! `crates/core/tests/queued_tasks.rs`).
 //!
 //! A null `executor` is the deployment's default executor: the first of
 //! `AIRFLOW__CORE__EXECUTOR`, so the first executor Overseer supervises.
@@ -284,7 +285,7 @@ pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>) -> Str
             let cutoff = now - chrono::Duration::from_std(*limit).unwrap_or(chrono::Duration::MAX);
             format!(
                 ", COUNT(CASE WHEN queued_dttm <= {} THEN 1 END) AS overdue_{i}",
-                storage::timestamp_literal(backend, cutoff)
+                cutoff_literal(backend, cutoff)
             )
         })
         .collect();
@@ -292,6 +293,16 @@ pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>) -> Str
         "SELECT executor, queue, COUNT(*) AS queued, MIN(queued_dttm) AS oldest{overdue} \
          FROM task_instance WHERE state = 'queued' GROUP BY executor, queue"
     )
+}
+
+/// A time as `queued_dttm` holds it, for comparing: Airflow's `UtcDateTime`
+/// is a time zone-aware type on Postgres and MySQL, and on SQLite the naive
+/// UTC text SQLAlchemy writes (`2026-11-30 23:40:00.123456`), compared as text.
+fn cutoff_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
+    match backend {
+        DbBackend::Sqlite => format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f")),
+        _ => storage::timestamp_literal(backend, at),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! The evidence beside a verdict, through the real actors: a check's detail
+//! reaches the report as it changes (the verdict unchanged), and the rules on
+//! work flowing turn it into a verdict there.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use overseer_core::detail::{Detail, Observation, QueueDetail};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, Overseer};
+use overseer_migration::{Migrator, MigratorTrait};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A check that answers healthy, with one queue whose depth and consumers the test sets.
+#[derive(Clone)]
+struct Queue(Arc<Mutex<(u64, Option<u32>)>>);
+
+impl Queue {
+    fn set(&self, depth: u64, consumers: Option<u32>) {
+        *self.0.lock().unwrap() = (depth, consumers);
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Queue {
+    async fn get_health(&self) -> ExecutorHealth {
+        self.observe().await.health
+    }
+
+    async fn observe(&self) -> Observation {
+        let (depth, consumers) = *self.0.lock().unwrap();
+        Observation::new(
+            ExecutorHealth::Healthy,
+            Detail {
+                queues: vec![QueueDetail {
+                    name: "gpu".into(),
+                    broker: "redis://:hunter2@broker:6379/0".into(),
+                    depth: Some(depth),
+                    consumers,
+                }],
+                ..Detail::default()
+            },
+        )
+    }
+}
+
+async fn report_until(
+    overseer: &Overseer,
+    what: &str,
+    done: impl Fn(&HealthReport) -> bool,
+) -> Arc<HealthReport> {
+    let mut reports = overseer.watch();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let report = reports.borrow_and_update().clone();
+            if done(&report) {
+                return report;
+            }
+            reports.changed().await.expect("the actors run");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: not seen within {PATIENCE:?}; last: {}",
+            overseer.report().json()
+        )
+    })
+}
+
+fn queue_of(report: &HealthReport) -> Option<QueueDetail> {
+    let instance = report.executor.as_ref()?.instances.first()?;
+    instance.detail.as_ref()?.queues.first().cloned()
+}
+
+fn health_of(report: &HealthReport) -> Option<ExecutorHealth> {
+    Some(report.executor.as_ref()?.instances.first()?.health.clone())
+}
+
+#[tokio::test]
+async fn a_check_s_evidence_reaches_the_report_and_judges_whether_work_flows() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let queue = Queue(Arc::new(Mutex::new((3, Some(1)))));
+    let overseer = Overseer::builder()
+        .database(&db.url)
+        .hostname("evidence-host")
+        .poll_interval(Duration::from_millis(200))
+        .poll_timeout(Duration::from_millis(150))
+        .heartbeat_interval(Duration::from_millis(200))
+        .refresh_interval(Duration::from_millis(100))
+        .executor(
+            Executor::new("CeleryExecutor", queue.clone())
+                .with_max_queued_age(Duration::from_secs(3)),
+        )
+        .start()
+        .await
+        .unwrap();
+
+    // (Each phase is seen well within max_queued_age, 3 s, of its change:
+    // a depth that holds longer than that would be a stall.)
+    let report = report_until(&overseer, "the first evidence", |r| {
+        queue_of(r).is_some_and(|q| q.depth == Some(3))
+    })
+    .await;
+    assert_eq!(health_of(&report), Some(ExecutorHealth::Healthy));
+    // Credentials in a check's detail are masked on the way, as in a reason.
+    let shown = queue_of(&report).unwrap();
+    assert_eq!(shown.broker, "redis://:***@broker:6379/0");
+    assert!(!report.json().contains("hunter2"));
+
+    // The depth changes, the verdict does not: the report follows all the same.
+    queue.set(2, Some(1));
+    report_until(&overseer, "the new depth", |r| {
+        queue_of(r).is_some_and(|q| q.depth == Some(2))
+            && health_of(r) == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+
+    // Messages and no consumer for max_queued_age: unhealthy, naming the queue.
+    queue.set(5, Some(0));
+    let report = report_until(&overseer, "a queue nobody consumes", |r| {
+        matches!(health_of(r), Some(ExecutorHealth::Unhealthy { .. }))
+    })
+    .await;
+    let Some(ExecutorHealth::Unhealthy { reason }) = health_of(&report) else {
+        unreachable!()
+    };
+    assert!(
+        reason.starts_with("queue gpu: 5 messages waiting and no worker consumes it (for "),
+        "{reason}"
+    );
+    assert_eq!(queue_of(&report).unwrap().consumers, Some(0));
+
+    // A consumer is back and takes messages: healthy again.
+    queue.set(4, Some(1));
+    report_until(&overseer, "consumed again", |r| {
+        health_of(r) == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+}
