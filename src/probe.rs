@@ -1,7 +1,6 @@
 //! `overseer health` and `overseer jobs check`: answers for probes and people.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -86,28 +85,13 @@ pub fn health(url: &str, json: bool, cacert: Option<&Path>) -> anyhow::Result<Ou
 
 /// The HTTP client: rustls with the system's roots, or with only `cacert`'s.
 fn agent(cacert: Option<&Path>) -> anyhow::Result<ureq::Agent> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let Some(cacert) = cacert else {
-        return Ok(ureq::AgentBuilder::new().build());
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(cacert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| anyhow!("--cacert {}: {e}", cacert.display()))?;
-    let (added, _) = roots.add_parsable_certificates(certs);
-    if added == 0 {
-        return Err(anyhow!(
-            "--cacert {}: holds no PEM certificate",
-            cacert.display()
-        ));
+    let mut agent = ureq::AgentBuilder::new();
+    if let Some(cacert) = cacert {
+        let config =
+            overseer_checks::http::tls_config(cacert).map_err(|e| anyhow!("--cacert {e}"))?;
+        agent = agent.tls_config(config);
     }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(ureq::AgentBuilder::new()
-        .tls_config(Arc::new(config))
-        .build())
+    Ok(agent.build())
 }
 
 /// The report as a table for people.

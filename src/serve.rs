@@ -118,7 +118,8 @@ fn check(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Exec
             .with_context(|| format!("executor {}: check_command", config.name));
     }
     if let Some(url) = &config.check_url {
-        return overseer_checks::http::executor(&config.name, url, poll_timeout)
+        let cacert = config.check_cacert.as_deref().map(std::path::Path::new);
+        return overseer_checks::http::executor(&config.name, url, cacert, poll_timeout)
             .with_context(|| format!("executor {}: check_url", config.name));
     }
     match (config.parsed_name().kind(), &config.broker_url) {

@@ -192,3 +192,117 @@ async fn the_api_served_over_tls_answers_overseer_health_with_its_ca() {
     let (code, _) = serving.terminate();
     assert_eq!(code, Some(0));
 }
+
+/// `check_url` over `https://`: a real TLS server (an `overseer serve` with
+/// its API over TLS, its certificate for `localhost` only) asked by another
+/// Overseer's executors: healthy with `check_cacert`, and each failure said
+/// plainly without it or by a name the certificate does not list.
+#[tokio::test]
+async fn an_https_check_url_is_verified_against_check_cacert() {
+    let pki = Pki::new("probe");
+    let server = pki.server("probe", &["localhost"]);
+    let probed_db = overseer_testkit::sqlite().await;
+    let probed_dir = workdir();
+    std::fs::write(
+        probed_dir.path().join("overseer.toml"),
+        format!(
+            "{QUICK}\n[api]\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            server.cert.display(),
+            server.key.display()
+        ),
+    )
+    .unwrap();
+    let mut probed = Serving::start(
+        overseer(probed_dir.path())
+            .env("OVERSEER_DATABASE__URL", &probed_db.url)
+            .env("OVERSEER_EXECUTORS", r#"[{name = "LocalExecutor"}]"#),
+    );
+    let line = probed.wait_for("overseer is running");
+    let port = line
+        .split("listening on https://")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| c.is_whitespace() || c == '"').next())
+        .and_then(|address| address.rsplit(':').next())
+        .unwrap_or_else(|| panic!("no https:// address in {line:?}"))
+        .to_owned();
+
+    let ca = pki.ca_pem().display().to_string();
+    let path = "/api/v2/monitor/health?token=probe-s3cret";
+    let executors = format!(
+        r#"[{{name = "KubernetesExecutor", check_url = "https://localhost:{port}{path}", check_cacert = "{ca}"}},
+            {{name = "my.company.UntrustedExecutor", check_url = "https://localhost:{port}{path}"}},
+            {{name = "my.company.MisnamedExecutor", check_url = "https://127.0.0.1:{port}{path}", check_cacert = "{ca}"}}]"#
+    );
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("OVERSEER_EXECUTORS", &executors),
+    );
+    let verdict = |name: &str, done: &dyn Fn(&Value) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (_, body) = get(&serving.url("/api/v2/monitor/health"));
+            assert!(!body.contains("probe-s3cret"), "{body}");
+            let json: Value = serde_json::from_str(&body).unwrap();
+            let found = json["executor"]["instances"]
+                .as_array()
+                .and_then(|i| i.iter().find(|i| i["executor"] == name).cloned());
+            if let Some(found) = found.filter(|f| done(f)) {
+                return found;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name}: last {json}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let checked = |i: &Value| i["health"] != "unknown";
+    let trusted = verdict("KubernetesExecutor", &checked);
+    assert_eq!(trusted["health"], "healthy", "{trusted}");
+    assert_eq!(
+        trusted["instance"],
+        format!("https://localhost:{port}/api/v2/monitor/health")
+    );
+    let untrusted = verdict("my.company.UntrustedExecutor", &checked);
+    assert_eq!(
+        untrusted["reason"],
+        format!(
+            "GET https://localhost:{port}/api/v2/monitor/health?token=*** failed: the server's \
+             certificate is signed by no trusted CA (set check_cacert to the CA that issued it)"
+        ),
+        "{untrusted}"
+    );
+    let misnamed = verdict("my.company.MisnamedExecutor", &checked);
+    assert_eq!(
+        misnamed["reason"],
+        format!(
+            "GET https://127.0.0.1:{port}/api/v2/monitor/health?token=*** failed: the server's \
+             certificate is not valid for the name 127.0.0.1 (host name mismatch)"
+        ),
+        "{misnamed}"
+    );
+
+    // A CA file that is not there stops start-up, naming the key and the file.
+    let out = support::run(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env(
+                "OVERSEER_EXECUTORS",
+                format!(
+                    r#"[{{name = "KubernetesExecutor", check_url = "https://localhost:{port}/", check_cacert = "/nonexistent/ca.pem"}}]"#
+                ),
+            )
+            .arg("config"),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stdout);
+    assert_eq!(
+        out.stderr.trim(),
+        "error: invalid configuration: executors[0].check_cacert (from environment variable OVERSEER_EXECUTORS): /nonexistent/ca.pem: no such file"
+    );
+
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+    let (code, _) = probed.terminate();
+    assert_eq!(code, Some(0));
+}

@@ -235,6 +235,10 @@ pub struct ExecutorConfig {
     /// is shown redacted; the instance is the URL without its query.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_url: Option<SecretUrl>,
+    /// With an `https://` `check_url`: a CA bundle (a PEM file) that replaces
+    /// the system's roots, for a probe whose certificate a private CA issued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_cacert: Option<String>,
 }
 
 fn is_false(value: &bool) -> bool {
@@ -270,6 +274,7 @@ impl ExecutorConfig {
             ssl_cacert: None,
             check_command: None,
             check_url: None,
+            check_cacert: None,
         }
     }
 

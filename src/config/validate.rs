@@ -52,12 +52,15 @@ pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigE
 /// figment's own lookup stops at the array, so every field would be said to
 /// come from whoever wrote the array last: Airflow's executor list, when it
 /// names the executor. The keys Airflow never writes (`check_command`,
-/// `check_url`) are carried from an earlier layer with their values' own tags,
+/// `check_url`, `check_cacert`, `max_queued_age`) are carried from an earlier layer with their values' own tags,
 /// so for those the value itself says where it was written (`overseer.toml`,
 /// `OVERSEER_EXECUTORS`).
 fn executor_origin(figment: &Figment, index: usize, field: &str) -> String {
     let path = format!("executors.{index}.{field}");
-    if !matches!(field, "check_command" | "check_url") {
+    if !matches!(
+        field,
+        "check_command" | "check_url" | "check_cacert" | "max_queued_age"
+    ) {
         return origin_of(figment, &path);
     }
     let value = match figment.find_value("executors") {
@@ -354,6 +357,16 @@ fn checks(executor: &ExecutorConfig, kind: ExecutorKind) -> Result<(), Problem> 
     if let Some(url) = &executor.check_url {
         overseer_checks::http::parse_url(url)
             .map_err(|problem| ("check_url", problem.to_string()))?;
+    }
+    if let Some(cacert) = &executor.check_cacert {
+        if executor.check_url.is_none() {
+            return Err((
+                "check_cacert",
+                "applies only beside an https:// check_url".into(),
+            ));
+        }
+        overseer_checks::http::tls_config(std::path::Path::new(cacert))
+            .map_err(|problem| ("check_cacert", problem.to_string()))?;
     }
     Ok(())
 }

@@ -32,6 +32,9 @@ pub enum Error {
     /// The URL names no host.
     #[error("must name a host, as in http://probe:8080/health")]
     NoHost,
+    /// The CA bundle for an `https://` URL cannot be used.
+    #[error("{0}: {1}")]
+    CaFile(String, String),
 }
 
 /// This crate's `Result`.

@@ -7,7 +7,7 @@
 //! | connection refused | `unhealthy: GET http://probe:8080/health failed: connection refused` |
 //! | nothing within the deadline (connect, or the status line) | `unhealthy: GET http://probe:8080/health failed: no answer within 4.5s` |
 //! | no such host | `unhealthy: GET http://nope:8080/health failed: host nope not found` |
-//! | an `https://` URL | `unknown`, until Overseer has a TLS backend (see below) |
+//! | an `https://` server whose certificate is not trusted, not for its name, or expired | `unhealthy: GET https://probe/health failed: the server's certificate is signed by no trusted CA (set check_cacert to the CA that issued it)`, and so on |
 //!
 //! # How it asks
 //! - With ureq, which blocks: the check is a [`BlockingHealthCheck`], run by the
@@ -25,12 +25,14 @@
 //! - A user and password in the URL are sent as HTTP Basic authentication, and
 //!   the query may carry a token: the URL is held as a [`SecretUrl`], shown only
 //!   redacted in reasons and logs, and the instance is the URL without its query.
-//! - TLS: this build has no TLS backend (the Celery check has none either, and
-//!   answers `unknown` for `rediss://` and `amqps://`); an `https://` URL is
-//!   accepted, warned about once, and answered `unknown` until the TLS work
-//!   gives the workspace one.
+//! - TLS: rustls (on ring, as the rest of Overseer), verifying the server's
+//!   certificate and host name against the system's roots, or against only the
+//!   CA bundle `check_cacert` gives (as `overseer health --cacert`). There is
+//!   no way to skip verification: a probe worth trusting is worth a CA file.
 
 use std::io;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::duration::short;
@@ -52,8 +54,6 @@ pub struct HttpCheck {
     host: String,
     /// The URL without query or fragment, redacted: what counts as the instance.
     instance: String,
-    /// `https://`: not asked until there is a TLS backend.
-    tls: bool,
     /// How long one GET may take (`budget::deadline` of `poll_timeout`).
     deadline: Duration,
     /// No pool, no redirects, the deadline on every wait it can bound.
@@ -72,15 +72,15 @@ impl std::fmt::Debug for HttpCheck {
 /// What the composition root calls: an executor named `executor_class` whose
 /// check GETs `url`, answering within `poll_timeout`. The instance is the URL
 /// without its query, redacted.
-pub fn executor(executor_class: &str, url: &SecretUrl, poll_timeout: Duration) -> Result<Executor> {
-    let check = HttpCheck::new(url, poll_timeout)?;
-    if check.tls {
-        tracing::warn!(
-            executor = executor_class,
-            url = %url,
-            "check_url is https://, which this build cannot speak yet: the verdict stays unknown"
-        );
-    }
+///
+/// `cacert`: a PEM bundle that replaces the system's roots for an `https://` URL.
+pub fn executor(
+    executor_class: &str,
+    url: &SecretUrl,
+    cacert: Option<&Path>,
+    poll_timeout: Duration,
+) -> Result<Executor> {
+    let check = HttpCheck::new(url, cacert, poll_timeout)?;
     let instance = check.instance().to_owned();
     Ok(Executor::blocking(executor_class, check).with_instance(instance))
 }
@@ -99,27 +99,30 @@ pub fn parse_url(url: &SecretUrl) -> Result<url::Url> {
 }
 
 impl HttpCheck {
-    /// A check that GETs `url` and answers within `poll_timeout`.
-    pub fn new(url: &SecretUrl, poll_timeout: Duration) -> Result<Self> {
+    /// A check that GETs `url` and answers within `poll_timeout`; an
+    /// `https://` server is verified against `cacert`'s CAs when given, else
+    /// the system's roots.
+    pub fn new(url: &SecretUrl, cacert: Option<&Path>, poll_timeout: Duration) -> Result<Self> {
         let parsed = parse_url(url)?;
         let mut bare = parsed.clone();
         bare.set_query(None);
         bare.set_fragment(None);
         let deadline = budget::deadline(poll_timeout);
-        let agent = ureq::AgentBuilder::new()
+        let mut agent = ureq::AgentBuilder::new()
             .timeout(deadline)
             .timeout_connect(deadline)
             .redirects(0)
             .max_idle_connections(0)
-            .user_agent(USER_AGENT)
-            .build();
+            .user_agent(USER_AGENT);
+        if let Some(cacert) = cacert {
+            agent = agent.tls_config(tls_config(cacert)?);
+        }
         Ok(Self {
             url: url.clone(),
             host: parsed.host_str().unwrap_or_default().to_owned(),
             instance: redact(bare.as_str()),
-            tls: parsed.scheme() == "https",
             deadline,
-            agent,
+            agent: agent.build(),
         })
     }
 
@@ -145,6 +148,9 @@ impl HttpCheck {
         let io_kind = std::error::Error::source(transport)
             .and_then(|s| s.downcast_ref::<io::Error>())
             .map(io::Error::kind);
+        if let Some(tls) = find_tls_error(transport) {
+            return format!("GET {} failed: {}", self.url, tls_words(&self.host, tls));
+        }
         let why = match (transport.kind(), io_kind) {
             (_, Some(io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock)) => {
                 format!("no answer within {}", short(self.deadline))
@@ -167,10 +173,6 @@ impl HttpCheck {
 
 impl BlockingHealthCheck for HttpCheck {
     fn get_health(&self) -> ExecutorHealth {
-        if self.tls {
-            tracing::debug!(url = %self.url, "https:// is not checked yet: unknown");
-            return ExecutorHealth::Unknown;
-        }
         let reason = match self.agent.get(self.url.expose_secret()).call() {
             Ok(response) if (200..300).contains(&response.status()) => {
                 return ExecutorHealth::Healthy;
@@ -180,6 +182,84 @@ impl BlockingHealthCheck for HttpCheck {
         };
         // The URL's own secrets, wherever the server or the transport echoed them.
         ExecutorHealth::unhealthy(self.url.scrub(&reason))
+    }
+}
+
+/// A TLS client that trusts only the CAs of `cacert` (a PEM bundle): for
+/// `check_cacert` and `overseer health --cacert`. The error names the file,
+/// which is not a secret.
+pub fn tls_config(cacert: &Path) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let file = cacert.display().to_string();
+    let certs = CertificateDer::pem_file_iter(cacert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| Error::CaFile(file.clone(), pem_problem(&e)))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(Error::CaFile(file, "holds no PEM certificate".into()));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| Error::CaFile(file, e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Why a PEM file could not be read, in plain words.
+fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error as Pem;
+    match e {
+        Pem::Io(io) if io.kind() == io::ErrorKind::NotFound => "no such file".into(),
+        Pem::Io(io) if io.kind() == io::ErrorKind::PermissionDenied => "permission denied".into(),
+        Pem::Io(io) => io.to_string(),
+        other => format!("is not a PEM file ({other:?})"),
+    }
+}
+
+/// rustls's error somewhere in a transport error's chain (ureq keeps it
+/// inside an `io::Error`).
+fn find_tls_error(transport: &ureq::Transport) -> Option<&rustls::Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(transport);
+    for _ in 0..16 {
+        let e = next?;
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match e.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+            Some(inner) => Some(inner),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// A TLS failure, in words an operator can act on.
+fn tls_words(host: &str, e: &rustls::Error) -> String {
+    use rustls::{CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer) => "the server's certificate is signed by no \
+            trusted CA (set check_cacert to the CA that issued it)"
+            .into(),
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            format!(
+                "the server's certificate is not valid for the name {host} (host name mismatch)"
+            )
+        }
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            "the server's certificate has expired".into()
+        }
+        E::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+            "the server's certificate is not valid yet (check the clocks)".into()
+        }
+        E::InvalidMessage(_) | E::InappropriateMessage { .. } | E::PeerSentOversizedRecord => {
+            "the server did not answer in TLS (is it plain http://?)".into()
+        }
+        other => format!("TLS failed ({other})"),
     }
 }
 
@@ -211,7 +291,7 @@ mod tests {
     #[test]
     fn the_instance_is_the_url_without_query_or_password() {
         let url = SecretUrl::new("http://ops:hunter2@probe:8080/health?token=s3cret#x");
-        let check = HttpCheck::new(&url, Duration::from_secs(5)).unwrap();
+        let check = HttpCheck::new(&url, None, Duration::from_secs(5)).unwrap();
         assert_eq!(check.instance(), "http://ops:***@probe:8080/health");
         assert!(!format!("{check:?}").contains("s3cret"));
         assert!(!format!("{check:?}").contains("hunter2"));

@@ -26,7 +26,7 @@
 //! assert_eq!(probe.instance.as_deref(), Some("/usr/local/bin/probe"));
 //!
 //! let url = SecretUrl::new("http://ecs-probe:8080/health?token=s3cret");
-//! let asked = overseer_checks::http::executor("aws:EcsExecutor", &url, Duration::from_secs(5))?;
+//! let asked = overseer_checks::http::executor("aws:EcsExecutor", &url, None, Duration::from_secs(5))?;
 //! assert_eq!(asked.instance.as_deref(), Some("http://ecs-probe:8080/health"));
 //! # Ok::<(), overseer_checks::Error>(())
 //! ```

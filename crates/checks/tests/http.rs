@@ -21,6 +21,9 @@ enum Behaviour {
     Status(&'static str),
     /// Reads the request and never answers, holding the connection open.
     Hang,
+    /// Answers `200 OK` as soon as a client connects, before reading anything
+    /// (a plain HTTP server, as a TLS client hears it).
+    AtOnce,
 }
 
 /// A one-route HTTP/1.1 server on `127.0.0.1:0`, on a thread of its own,
@@ -40,7 +43,12 @@ impl Server {
             // Connections are kept until the test process ends (a hanging server
             // must not close them).
             let mut held: Vec<TcpStream> = Vec::new();
-            for stream in listener.incoming().flatten() {
+            for mut stream in listener.incoming().flatten() {
+                if let Behaviour::AtOnce = behaviour {
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    held.push(stream);
+                    continue;
+                }
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut head = String::new();
                 loop {
@@ -59,7 +67,7 @@ impl Server {
                             "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                         );
                     }
-                    Behaviour::Hang => held.push(stream),
+                    Behaviour::Hang | Behaviour::AtOnce => held.push(stream),
                 }
             }
         });
@@ -76,7 +84,7 @@ impl Server {
 }
 
 fn check(url: &str) -> HttpCheck {
-    HttpCheck::new(&SecretUrl::new(url), POLL_TIMEOUT).unwrap()
+    HttpCheck::new(&SecretUrl::new(url), None, POLL_TIMEOUT).unwrap()
 }
 
 #[test]
@@ -200,14 +208,13 @@ fn a_server_that_closes_without_answering_is_unhealthy() {
 }
 
 #[test]
-fn https_is_unknown_until_there_is_a_tls_backend() {
-    let started = Instant::now();
+fn https_to_a_plain_http_server_says_it_does_not_speak_tls() {
+    let server = Server::start(Behaviour::AtOnce);
+    let url = format!("https://127.0.0.1:{}/health", server.port);
     assert_eq!(
-        check("https://127.0.0.1:9/health").get_health(),
-        ExecutorHealth::Unknown
-    );
-    assert!(
-        started.elapsed() < Duration::from_millis(100),
-        "asks nothing"
+        check(&url).get_health(),
+        ExecutorHealth::unhealthy(format!(
+            "GET {url} failed: the server did not answer in TLS (is it plain http://?)"
+        ))
     );
 }
