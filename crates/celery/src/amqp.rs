@@ -39,6 +39,7 @@ use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
 use crate::tls;
 use crate::url::{AmqpBroker, TlsOptions};
+use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
 
 /// The name RabbitMQ's management UI shows for our connection.
@@ -354,13 +355,13 @@ impl BrokerProbe for AmqpCheck {
         result
     }
 
-    /// Celery's remote-control ping, on the pooled connection.
+    /// Celery's remote-control ping (`active_queues`), on the pooled connection.
     async fn ping(
         &self,
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<String>, Reason> {
+    ) -> Result<Vec<WorkerDetail>, Reason> {
         let conn = self.state.lock().await.conn.clone();
         let Some(conn) = conn.filter(|c| c.status().connected()) else {
             return Err(broker::not_connected(&self.identity));

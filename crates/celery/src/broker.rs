@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use overseer_core::detail::WorkerDetail;
 use overseer_core::duration;
 use tokio::time::Instant;
 
@@ -29,15 +30,16 @@ pub(crate) trait BrokerProbe: Send + Sync {
         budget: Duration,
     ) -> Result<Vec<QueueDepth>, Reason>;
 
-    /// Celery's remote-control ping on this broker, on the connection the probe left
-    /// open: answers until `window_end`, then at most `cleanup` to remove what it made.
-    /// The node names that answered.
+    /// Celery's remote-control ping (`active_queues`, see [`crate::ping`]) on this
+    /// broker, on the connection the probe left open: answers until `window_end`, then
+    /// at most `cleanup` to remove what it made. The workers that answered, each with
+    /// the queues it said it consumes.
     async fn ping(
         &self,
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<String>, Reason>;
+    ) -> Result<Vec<WorkerDetail>, Reason>;
 }
 
 /// The reason for a wait on `who` (`broker redis://...`, or one of its sentinels)

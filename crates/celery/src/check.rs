@@ -6,14 +6,21 @@
 //! are probed at the same time, each through its transport's `BrokerProbe` (`redis`,
 //! `amqp`); the workers are pinged on every broker that answered; `verdict` judges
 //! what they said.
+//!
+//! The check reports the evidence and judges only what it saw answer: whether work
+//! flows (a queue nobody consumes, a queue that does not go down) is judged by the
+//! executor's actor from the [`Detail`](overseer_core::Detail) it returns
+//! ([`overseer_core::flow`]). A queue's consumers come from RabbitMQ's own count, or,
+//! on Redis, which keeps none, from the workers' answers to the ping (`active_queues`).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
+use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::SecretUrl;
-use overseer_core::{Executor, ExecutorHealth, HealthCheck};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -133,7 +140,8 @@ struct Inner {
     pidbox: Pidbox,
     /// The instance identity: every broker, no credentials.
     instance: String,
-    /// The latest probe, for the HTTP layer; a std mutex, held only to copy in or out.
+    /// The latest probe, for the check's holder (the report gets its detail through
+    /// `observe`); a std mutex, held only to copy in or out.
     latest: Mutex<Option<Probe>>,
 }
 
@@ -239,9 +247,9 @@ impl CeleryCheck {
             cleanup,
         } = Budgets::new(settings.poll_timeout, settings.worker_ping);
         let deadline = Instant::now() + budget;
-        let brokers = self.probe_brokers(deadline, budget).await;
+        let mut brokers = self.probe_brokers(deadline, budget).await;
         let workers = if settings.worker_ping {
-            Some(self.ping(&brokers, window, cleanup).await)
+            Some(self.ping(&mut brokers, window, cleanup).await)
         } else {
             None
         };
@@ -304,10 +312,12 @@ impl CeleryCheck {
         brokers
     }
 
-    /// Pings the workers on every broker that answered, at the same time.
+    /// Pings the workers on every broker that answered, at the same time, and
+    /// counts each broker's consumers that it could not count itself from the
+    /// workers that answered on it.
     async fn ping(
         &self,
-        brokers: &[BrokerReport],
+        brokers: &mut [BrokerReport],
         window: Duration,
         cleanup: Duration,
     ) -> WorkerPing {
@@ -321,32 +331,77 @@ impl CeleryCheck {
             let this = self.clone();
             tasks.spawn(async move {
                 let pidbox = &this.inner.pidbox;
-                match &this.inner.targets[index].check {
+                let workers = match &this.inner.targets[index].check {
                     BrokerCheck::Probed(probe) => probe.ping(pidbox, window_end, cleanup).await,
                     BrokerCheck::Unchecked(_) => Ok(Vec::new()),
-                }
+                };
+                (index, workers)
             });
         }
-        let mut answered = BTreeSet::new();
+        let mut answered = BTreeMap::new();
         let mut errors = Vec::new();
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(Ok(names)) => answered.extend(names),
-                Ok(Err(reason)) => errors.push(reason),
+                Ok((index, Ok(workers))) => {
+                    count_consumers(&mut brokers[index].queues, &workers);
+                    // Listed once, even when heard on two brokers of a failover list.
+                    for worker in workers {
+                        let queues = answered.entry(worker.name).or_insert(None);
+                        if queues.is_none() {
+                            *queues = worker.queues;
+                        }
+                    }
+                }
+                Ok((_, Err(reason))) => errors.push(reason),
                 Err(e) => errors.push(format!("the ping task failed: {e}")),
             }
         }
         WorkerPing {
-            answered: answered.into_iter().collect(),
+            answered: answered
+                .into_iter()
+                .map(|(name, queues)| WorkerDetail { name, queues })
+                .collect(),
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             errors,
         }
     }
 }
 
+/// Fills in the consumers of each queue its broker could not count (Redis keeps no
+/// count; RabbitMQ's own is kept), from the workers that answered the ping on that
+/// broker: how many named the queue. Left unknown when one of them did not say
+/// which queues it consumes, since a count without it could be too low, and a
+/// queue that could not be read stays unknown too.
+fn count_consumers(queues: &mut [QueueDepth], workers: &[WorkerDetail]) {
+    let Some(consumed) = workers
+        .iter()
+        .map(|w| w.queues.as_deref())
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    for queue in queues
+        .iter_mut()
+        .filter(|q| q.consumers.is_none() && q.messages.is_some())
+    {
+        let count = consumed
+            .iter()
+            .filter(|names| names.contains(&queue.queue))
+            .count();
+        queue.consumers = Some(u32::try_from(count).unwrap_or(u32::MAX));
+    }
+}
+
 #[async_trait::async_trait]
 impl HealthCheck for CeleryCheck {
+    /// The verdict of [`Self::observe`].
     async fn get_health(&self) -> ExecutorHealth {
+        self.observe().await.health
+    }
+
+    /// Probes the brokers (and pings the workers), keeps the probe as the latest
+    /// ([`CeleryCheck::latest`]), and returns its verdict with its [`Probe::detail`].
+    async fn observe(&self) -> Observation {
         let probe = self.probe().await;
         tracing::debug!(
             instance = %self.inner.instance,
@@ -355,13 +410,17 @@ impl HealthCheck for CeleryCheck {
             detail = %serde_json::to_string(&probe).unwrap_or_default(),
             "celery check"
         );
-        let health = probe.health.clone();
+        let detail = probe.detail();
+        let observation = Observation {
+            health: probe.health.clone(),
+            detail: (!detail.is_empty()).then_some(detail),
+        };
         *self
             .inner
             .latest
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(probe);
-        health
+        observation
     }
 }
 
@@ -396,4 +455,67 @@ pub fn executor_with(
 ) -> Result<Executor> {
     let broker = BrokerUrl::parse(broker_url.expose_secret())?;
     Ok(CeleryCheck::new(&broker, settings)?.executor(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn depth(queue: &str, messages: Option<u64>, consumers: Option<u32>) -> QueueDepth {
+        QueueDepth {
+            queue: queue.into(),
+            messages,
+            consumers,
+            note: None,
+        }
+    }
+
+    fn worker(name: &str, queues: Option<&[&str]>) -> WorkerDetail {
+        WorkerDetail {
+            name: name.into(),
+            queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn consumers_are_counted_from_the_workers_only_where_the_broker_could_not() {
+        let queues = || {
+            vec![
+                depth("a", Some(0), None),
+                depth("b", Some(4), None),
+                depth("counted", Some(1), Some(3)),
+                depth("unread", None, None),
+            ]
+        };
+        let two = [
+            worker("celery@1", Some(&["a", "b"])),
+            worker("celery@2", Some(&["a"])),
+        ];
+        let mut counted = queues();
+        count_consumers(&mut counted, &two);
+        assert_eq!(
+            counted.iter().map(|q| q.consumers).collect::<Vec<_>>(),
+            [Some(2), Some(1), Some(3), None]
+        );
+
+        let mut none_answered = queues();
+        count_consumers(&mut none_answered, &[]);
+        assert_eq!(
+            none_answered
+                .iter()
+                .map(|q| q.consumers)
+                .collect::<Vec<_>>(),
+            [Some(0), Some(0), Some(3), None]
+        );
+
+        let mut one_silent = queues();
+        count_consumers(
+            &mut one_silent,
+            &[worker("celery@1", Some(&["a"])), worker("celery@2", None)],
+        );
+        assert_eq!(
+            one_silent.iter().map(|q| q.consumers).collect::<Vec<_>>(),
+            [None, None, Some(3), None]
+        );
+    }
 }

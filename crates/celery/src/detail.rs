@@ -1,12 +1,19 @@
 //! What one check found, in more detail than a verdict can carry: each broker's
-//! answer, the depth of each configured queue, the workers that answered ping.
+//! answer, the depth and consumers of each configured queue, the workers that
+//! answered the ping and the queues each consumes.
 //!
-//! [`ExecutorHealth`] has no room for this, so the check keeps the latest [`Probe`]
-//! where the HTTP layer can read it ([`crate::CeleryCheck::latest`]). Every string in
-//! it is safe to show: brokers appear by their identity, never with credentials.
+//! One model, two views. The check keeps the latest [`Probe`] whole, for its holder
+//! ([`crate::CeleryCheck::latest`]: the tests, the benchmark), with what only this
+//! crate knows (each broker's status, the ping's errors). What the executor's actor
+//! judges and the report shows is core's [`Detail`], projected from the probe
+//! ([`Probe::detail`]) and returned with the verdict
+//! ([`overseer_core::HealthCheck::observe`]); it is derived, never kept beside.
+//! Every string in either is safe to show: brokers appear by their identity, never
+//! with credentials.
 
 use chrono::{DateTime, Utc};
 use overseer_core::ExecutorHealth;
+use overseer_core::detail::{Detail, QueueDetail, WorkerDetail};
 use serde::Serialize;
 
 /// The outcome of one check of a Celery executor.
@@ -24,6 +31,44 @@ pub struct Probe {
     pub brokers: Vec<BrokerReport>,
     /// The worker ping, when `worker_ping` is on.
     pub workers: Option<WorkerPing>,
+}
+
+impl Probe {
+    /// The evidence for core's rules on work flowing ([`overseer_core::flow`]) and
+    /// the report: each configured queue on each broker that answered, and, when the
+    /// ping heard from at least one broker, the workers that answered it. Airflow's
+    /// queued task instances are not the check's to give (`queued_tasks` is `None`).
+    pub fn detail(&self) -> Detail {
+        let answered = || {
+            self.brokers
+                .iter()
+                .filter(|b| b.status == BrokerStatus::Answered)
+        };
+        let queues = answered()
+            .flat_map(|b| {
+                b.queues.iter().map(|q| QueueDetail {
+                    name: q.queue.clone(),
+                    broker: b.broker.clone(),
+                    depth: q.messages,
+                    consumers: q.consumers,
+                })
+            })
+            .collect();
+        // Every broker that answered was pinged once, and each ping that failed left
+        // one error: with as many errors as brokers, no worker could have been heard,
+        // and an empty list would say "none answered" when the truth is "not known".
+        let pinged = answered().count();
+        let workers = self
+            .workers
+            .as_ref()
+            .filter(|ping| ping.errors.len() < pinged)
+            .map(|ping| ping.answered.clone());
+        Detail {
+            queues,
+            workers,
+            queued_tasks: None,
+        }
+    }
 }
 
 fn health_str<S: serde::Serializer>(health: &ExecutorHealth, s: S) -> Result<S::Ok, S::Error> {
@@ -61,20 +106,94 @@ pub struct QueueDepth {
     /// Messages waiting (Redis: the queue's list plus its priority lists; RabbitMQ:
     /// ready messages). `None` when the queue could not be read.
     pub messages: Option<u64>,
-    /// Consumers attached (RabbitMQ only; Redis cannot tell).
+    /// Consumers attached. RabbitMQ counts them (the passive declare); on Redis,
+    /// which cannot, the workers that answered the ping naming this queue among
+    /// those they consume. `None` when neither can tell: Redis without
+    /// `worker_ping`, a ping that failed, a worker that did not say its queues.
     pub consumers: Option<u32>,
     /// Anything worth knowing: a RabbitMQ queue that does not exist yet (no task
     /// was sent to it and no worker consumes it; not a broker failure).
     pub note: Option<String>,
 }
 
-/// The result of Celery's remote-control `ping`.
+/// The result of the workers' ping (Celery's remote-control `active_queues`, see
+/// `ping`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct WorkerPing {
-    /// Node names that answered (`celery@host-a`), sorted, each once.
-    pub answered: Vec<String>,
+    /// The workers that answered (`celery@host-a`), sorted by name, each once, with
+    /// the queues each said it consumes.
+    pub answered: Vec<WorkerDetail>,
     /// How long the ping waited for answers, in milliseconds.
     pub window_ms: u64,
     /// Why a broker could not be pinged, when one could not.
     pub errors: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(broker: &str, status: BrokerStatus, queues: Vec<QueueDepth>) -> BrokerReport {
+        BrokerReport {
+            broker: broker.into(),
+            status,
+            queues,
+        }
+    }
+
+    fn probe(brokers: Vec<BrokerReport>, workers: Option<WorkerPing>) -> Probe {
+        Probe {
+            health: ExecutorHealth::Healthy,
+            reason: None,
+            checked_at: Utc::now(),
+            brokers,
+            workers,
+        }
+    }
+
+    #[test]
+    fn the_detail_shows_the_queues_of_brokers_that_answered_and_the_workers_heard() {
+        let depth = QueueDepth {
+            queue: "default".into(),
+            messages: Some(4),
+            consumers: Some(0),
+            note: None,
+        };
+        let worker = WorkerDetail {
+            name: "celery@a".into(),
+            queues: Some(vec!["gpu".into()]),
+        };
+        let brokers = vec![
+            report("redis://a:6379/0", BrokerStatus::Answered, vec![depth]),
+            report(
+                "redis://b:6379/0",
+                BrokerStatus::Failed("down".into()),
+                vec![],
+            ),
+        ];
+        let heard = WorkerPing {
+            answered: vec![worker.clone()],
+            ..WorkerPing::default()
+        };
+        let failed = WorkerPing {
+            errors: vec!["broker redis://a:6379/0: could not send the ping".into()],
+            ..WorkerPing::default()
+        };
+
+        let detail = probe(brokers.clone(), Some(heard)).detail();
+        assert_eq!(
+            detail.queues,
+            [QueueDetail {
+                name: "default".into(),
+                broker: "redis://a:6379/0".into(),
+                depth: Some(4),
+                consumers: Some(0),
+            }]
+        );
+        assert_eq!(detail.workers, Some(vec![worker]));
+        assert_eq!(detail.queued_tasks, None);
+        // A ping that failed on every broker pinged is "not known", not "none".
+        assert_eq!(probe(brokers.clone(), Some(failed)).detail().workers, None);
+        assert_eq!(probe(brokers, None).detail().workers, None);
+    }
 }

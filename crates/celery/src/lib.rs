@@ -20,7 +20,8 @@
 //! - [`url`]: broker URLs as kombu parses them ([`BrokerUrl::parse`]), failover lists,
 //!   sentinel lists, the instance identity.
 //! - [`check`]: [`CeleryCheck`], which probes every broker of a URL at once, pings the
-//!   workers, and keeps the latest [`Probe`]; and [`executor`], what the composition
+//!   workers, returns its verdict with the evidence (core's `Detail`: queues, consumers,
+//!   workers) and keeps the latest [`Probe`]; and [`executor`], what the composition
 //!   root calls.
 //! - `budget`: the deadlines one check derives from `poll_timeout`, and who bounds what.
 //! - `verdict`: the verdict over a failover list, from what brokers and workers answered.
@@ -31,10 +32,12 @@
 //!   worker ping over Redis.
 //! - `amqp`: the RabbitMQ broker check (passive `queue.declare`); `amqp/ping.rs`, the
 //!   worker ping over AMQP.
-//! - `ping`: Celery's remote-control `ping` itself: the pidbox names, the request, the
-//!   answers, whatever the transport.
+//! - `ping`: Celery's remote control itself (`active_queues`, which proves a worker alive
+//!   and names its queues): the pidbox names, the request, the answers, whatever the
+//!   transport.
 //! - `tls`: kombu's `ssl_*` options as rustls settings, and TLS failures in plain words.
-//! - [`detail`]: [`Probe`], what a check found beyond its verdict.
+//! - [`detail`]: [`Probe`], what a check found beyond its verdict, and its projection
+//!   onto core's `Detail`.
 //! - [`error`]: [`BrokerUrlError`], this crate's one error type.
 
 #![warn(missing_docs)]

@@ -1,13 +1,22 @@
-//! Celery's remote-control `ping`, as `celery inspect ping` sends it.
+//! Celery's remote-control ping, as `celery inspect active_queues` sends it.
 //!
 //! A request is broadcast on the fanout exchange `{control_exchange}.pidbox`; every
 //! worker answers on the direct exchange `reply.{control_exchange}.pidbox` with the
 //! routing key of our reply queue, `{oid}.reply.{control_exchange}.pidbox`, carrying
-//! the request's `ticket` in its headers and `{"celery@host": {"ok": "pong"}}` as body.
+//! the request's `ticket` in its headers and `{"celery@host": ...}` as body.
 //! The wire forms (see `reference/celery-remote-control.md`) are each transport's:
 //! - Redis (`redis/ping.rs`): the fanout exchange is a pub/sub channel, the reply
 //!   queue a list that exists only while its binding does;
 //! - AMQP (`amqp/ping.rs`): a real exclusive reply queue bound to the reply exchange.
+//!
+//! # Why `active_queues`, not `ping`
+//! The request's method is [`METHOD`], `active_queues`, and not `ping`: a worker
+//! answers both the same way (its pidbox consumer, in the worker's main process,
+//! replies to either), so its answer proves it alive as a pong would, and it also
+//! says which queues the worker consumes (`{"celery@host": [{"name": "default",
+//! ...}, ...]}`). One request, not two, keeps one ticket and one answer per worker
+//! (Redis stops early on that count), and it catches the worker that answers
+//! `ping` while consuming nothing (Airflow issue 63580, after a Redis restart).
 //!
 //! Either way, everything the ping made is removed afterwards. The ping waits for its
 //! whole window, as Celery does, to hear every worker; on Redis it stops early once
@@ -15,11 +24,16 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use overseer_core::detail::WorkerDetail;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 /// Celery's `control_exchange` setting, by default.
 pub const DEFAULT_CONTROL_EXCHANGE: &str = "celery";
+
+/// The remote-control command the ping sends: its answer proves the worker alive
+/// and names the queues it consumes (see the module's doc).
+pub(crate) const METHOD: &str = "active_queues";
 
 /// How long `celery inspect ping` waits for answers by default (`--timeout 1.0`),
 /// and so our ping's window when the poll's timeout leaves room for it.
@@ -68,7 +82,7 @@ impl Request {
         let oid = uuid::Uuid::new_v4().to_string();
         let ticket = uuid::Uuid::new_v4().to_string();
         let body = json!({
-            "method": "ping",
+            "method": METHOD,
             "arguments": {},
             "destination": null,
             "pattern": null,
@@ -91,13 +105,65 @@ impl Request {
     }
 }
 
-/// The node names in an answer body (`{"celery@a": {"ok": "pong"}}`).
-pub(crate) fn node_names(body: &[u8], content_type: Option<&str>) -> Vec<String> {
+/// The workers in an answer body (`{"celery@a": [{"name": "default", ...}]}`), each
+/// with the queues it said it consumes; `None` when its answer is not such a list
+/// (an error it returned, say). An answer that is not JSON (a deployment whose
+/// replies are pickled) still counts as a worker, under a name that says so.
+pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDetail> {
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => map.keys().cloned().collect(),
-        _ => vec![format!(
-            "(a worker whose answer is not JSON: {})",
-            content_type.unwrap_or("no content type")
-        )],
+        Ok(Value::Object(map)) => map
+            .into_iter()
+            .map(|(name, queues)| WorkerDetail {
+                name,
+                queues: queue_names(&queues),
+            })
+            .collect(),
+        _ => vec![WorkerDetail {
+            name: format!(
+                "(a worker whose answer is not JSON: {})",
+                content_type.unwrap_or("no content type")
+            ),
+            queues: None,
+        }],
+    }
+}
+
+/// The `name` of each queue in one worker's `active_queues` answer.
+fn queue_names(answer: &Value) -> Option<Vec<String>> {
+    answer
+        .as_array()?
+        .iter()
+        .map(|queue| queue.get("name")?.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_names_each_worker_and_its_queues() {
+        let body = br#"{"celery@a": [{"name": "default", "exchange": {"name": "default",
+            "type": "direct"}, "routing_key": "default"}, {"name": "gpu"}],
+            "celery@b": [], "celery@c": {"error": "No such command"}}"#;
+        let worker = |name: &str, queues: Option<&[&str]>| WorkerDetail {
+            name: name.into(),
+            queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+        };
+        assert_eq!(
+            answers(body, Some("application/json")),
+            [
+                worker("celery@a", Some(&["default", "gpu"])),
+                worker("celery@b", Some(&[])),
+                worker("celery@c", None),
+            ]
+        );
+        assert_eq!(
+            answers(b"\x80\x04", Some("application/x-python-serialize")),
+            [worker(
+                "(a worker whose answer is not JSON: application/x-python-serialize)",
+                None
+            )]
+        );
     }
 }

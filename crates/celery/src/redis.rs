@@ -39,6 +39,7 @@ use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
+use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
 
 /// kombu's Redis separator between a queue and its priority, and within bindings.
@@ -474,13 +475,13 @@ impl BrokerProbe for RedisCheck {
         result.map_err(Failure::into_reason)
     }
 
-    /// Celery's remote-control ping, on the pooled connection.
+    /// Celery's remote-control ping (`active_queues`), on the pooled connection.
     async fn ping(
         &self,
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<String>, Reason> {
+    ) -> Result<Vec<WorkerDetail>, Reason> {
         let conn = self.conn.lock().await.clone();
         let Some(mut conn) = conn else {
             return Err(broker::not_connected(&self.identity));

@@ -43,7 +43,9 @@ fn answered(probe: &Probe) -> Vec<String> {
         .as_ref()
         .expect("worker_ping is on")
         .answered
-        .clone()
+        .iter()
+        .map(|w| w.name.clone())
+        .collect()
 }
 
 /// The reply keys and bindings a ping on `control_exchange` could have left in Redis.

@@ -1,12 +1,11 @@
-//! Celery's worker ping over a RabbitMQ broker (the exchange of messages is in
-//! [`crate::ping`]).
+//! Celery's worker ping (`active_queues`) over a RabbitMQ broker (the exchange of
+//! messages is in [`crate::ping`]).
 //!
 //! A real reply queue, exclusive to our connection, is bound to the reply exchange
 //! before the request is published, and deleted afterwards. Were that cleanup cut
 //! short, RabbitMQ still removes it: it goes with our connection, and expires
 //! (`x-expires`) 10 s after its last use.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lapin::message::Delivery;
@@ -16,12 +15,14 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Consumer, ExchangeKind};
+use overseer_core::detail::WorkerDetail;
 use tokio::time::{Instant, timeout_at};
 use tokio_stream::StreamExt as _;
 
-use crate::ping::{Pidbox, Request, node_names};
+use crate::ping::{Pidbox, Request, answers};
 
-/// Pings the workers of a RabbitMQ broker on `conn` until `window_end`.
+/// Pings the workers of a RabbitMQ broker on `conn` until `window_end`: the
+/// workers that answered, with the queues each consumes.
 ///
 /// Every round trip is bounded by `window_end`, and the cleanup after it by `cleanup`.
 pub(super) async fn ping(
@@ -29,13 +30,13 @@ pub(super) async fn ping(
     pidbox: &Pidbox,
     window_end: Instant,
     cleanup: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<WorkerDetail>, String> {
     let request = Request::new(pidbox, window_end);
     let channel = timeout_at(window_end, conn.create_channel())
         .await
         .map_err(|_| "could not open a channel in time".to_owned())?
         .map_err(|e| format!("could not open a channel: {e}"))?;
-    let mut answered = BTreeSet::new();
+    let mut answered = Vec::new();
     let mut published = false;
     let exchange = timeout_at(window_end, async {
         let mut answers = set_up(&channel, pidbox, &request).await?;
@@ -44,8 +45,8 @@ pub(super) async fn ping(
         // Until `timeout_at` above ends the whole block at `window_end`: answers are
         // collected into `answered` as they come, so none is lost when it does.
         while let Some(Ok(delivery)) = answers.next().await {
-            if let Some(names) = answer(&delivery, &request.ticket) {
-                answered.extend(names);
+            if let Some(workers) = answer(&delivery, &request.ticket) {
+                answered.extend(workers);
             }
         }
         Ok::<(), String>(())
@@ -53,8 +54,8 @@ pub(super) async fn ping(
     .await;
     let result = match exchange {
         // The window ended (or the consumer did): what was heard is the answer.
-        Ok(Ok(())) => Ok(answered.into_iter().collect()),
-        Err(_) if published => Ok(answered.into_iter().collect()),
+        Ok(Ok(())) => Ok(answered),
+        Err(_) if published => Ok(answered),
         Err(_) => Err("the broker did not set the ping up in time".to_owned()),
         Ok(Err(e)) => Err(e),
     };
@@ -151,8 +152,8 @@ async fn publish(channel: &Channel, pidbox: &Pidbox, request: &Request) -> Resul
     Ok(())
 }
 
-/// The node names in one answer, if it answers `ticket`.
-fn answer(delivery: &Delivery, ticket: &str) -> Option<Vec<String>> {
+/// The workers in one answer, if it answers `ticket`.
+fn answer(delivery: &Delivery, ticket: &str) -> Option<Vec<WorkerDetail>> {
     let theirs = delivery
         .properties
         .headers()
@@ -171,7 +172,7 @@ fn answer(delivery: &Delivery, ticket: &str) -> Option<Vec<String>> {
         .content_type()
         .as_ref()
         .map(|c| c.as_str().to_owned());
-    Some(node_names(&delivery.data, content_type.as_deref()))
+    Some(answers(&delivery.data, content_type.as_deref()))
 }
 
 /// Deletes the reply queue (which also cancels its consumer) and closes the

@@ -1,5 +1,5 @@
-//! Celery's worker ping over a Redis broker (the exchange of messages is in
-//! [`crate::ping`]).
+//! Celery's worker ping (`active_queues`) over a Redis broker (the exchange of
+//! messages is in [`crate::ping`]).
 //!
 //! The request is published on the pub/sub channel `/{db}.{exchange}`, as a JSON
 //! envelope with a base64 body. The reply queue is a list (plus its three priority
@@ -8,22 +8,23 @@
 //! cleanup then runs as a task of its own). The ping stops early once as many
 //! workers answered as `PUBLISH` said were listening.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use overseer_core::detail::WorkerDetail;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use super::{SEP, queue_keys};
-use crate::ping::{Pidbox, Request, node_names};
+use crate::ping::{Pidbox, Request, answers};
 
 /// The shortest `BRPOP` wait worth sending: `0` would mean "forever" to Redis.
 const MIN_BRPOP_WAIT: Duration = Duration::from_millis(10);
 
-/// Pings the workers of a Redis broker on `conn` (database `db`) until `window_end`.
+/// Pings the workers of a Redis broker on `conn` (database `db`) until `window_end`:
+/// the workers that answered, with the queues each consumes.
 ///
 /// Every round trip is bounded by `window_end`, and the cleanup after it by `cleanup`.
 pub(super) async fn ping(
@@ -32,7 +33,7 @@ pub(super) async fn ping(
     pidbox: &Pidbox,
     window_end: Instant,
     cleanup: Duration,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<WorkerDetail>, String> {
     let request = Request::new(pidbox, window_end);
     let reply = ReplyQueue::new(pidbox, &request);
     let mut guard = Cleanup {
@@ -119,17 +120,17 @@ fn envelope(pidbox: &Pidbox, request: &Request) -> String {
 }
 
 /// Pops answers from the reply lists `keys` until `listeners` answered `ticket` or
-/// `deadline` passes; the node names that answered.
+/// `deadline` passes; the workers that answered.
 async fn collect(
     conn: &mut MultiplexedConnection,
     keys: &[String; 4],
     ticket: &str,
     listeners: i64,
     deadline: Instant,
-) -> Result<Vec<String>, String> {
-    let mut answered = BTreeSet::new();
-    let mut answers = 0;
-    while answers < listeners {
+) -> Result<Vec<WorkerDetail>, String> {
+    let mut answered = Vec::new();
+    let mut count = 0;
+    while count < listeners {
         let left = deadline.saturating_duration_since(Instant::now());
         if left < MIN_BRPOP_WAIT {
             break;
@@ -147,16 +148,16 @@ async fn collect(
         .map_err(|_| "the broker stopped answering during the ping".to_owned())?
         .map_err(|e| format!("could not read the answers: {e}"))?;
         let Some((_, raw)) = popped else { break };
-        if let Some(names) = answer(&raw, ticket) {
-            answers += 1;
-            answered.extend(names);
+        if let Some(workers) = answer(&raw, ticket) {
+            count += 1;
+            answered.extend(workers);
         }
     }
-    Ok(answered.into_iter().collect())
+    Ok(answered)
 }
 
-/// The node names in one Redis answer envelope, if it answers `ticket`.
-fn answer(raw: &[u8], ticket: &str) -> Option<Vec<String>> {
+/// The workers in one Redis answer envelope, if it answers `ticket`.
+fn answer(raw: &[u8], ticket: &str) -> Option<Vec<WorkerDetail>> {
     let envelope: Value = serde_json::from_slice(raw).ok()?;
     if envelope.pointer("/headers/ticket").and_then(Value::as_str) != Some(ticket) {
         return None;
@@ -169,7 +170,7 @@ fn answer(raw: &[u8], ticket: &str) -> Option<Vec<String>> {
         Some("base64") => BASE64.decode(body).ok()?,
         _ => body.as_bytes().to_vec(),
     };
-    Some(node_names(
+    Some(answers(
         &body,
         envelope.get("content-type").and_then(Value::as_str),
     ))
@@ -230,13 +231,16 @@ mod tests {
 
     #[test]
     fn a_redis_answer_is_matched_by_its_ticket() {
-        let body = BASE64.encode(r#"{"celery@a": {"ok": "pong"}}"#);
+        let body = BASE64.encode(r#"{"celery@a": [{"name": "default"}]}"#);
         let raw = json!({"body": body, "headers": {"ticket": "t-1", "clock": 3},
             "content-type": "application/json", "properties": {"body_encoding": "base64"}})
         .to_string();
         assert_eq!(
             answer(raw.as_bytes(), "t-1"),
-            Some(vec!["celery@a".to_owned()])
+            Some(vec![WorkerDetail {
+                name: "celery@a".into(),
+                queues: Some(vec!["default".into()]),
+            }])
         );
         assert_eq!(answer(raw.as_bytes(), "t-2"), None);
         assert_eq!(answer(b"not json", "t-1"), None);

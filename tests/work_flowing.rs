@@ -1,0 +1,458 @@
+//! Whether work flows, end to end: `overseer serve` supervising a CeleryExecutor
+//! whose broker answers and whose workers answer, while its work does not move.
+//! Real Celery 5.5.3 workers on the machine's Redis and RabbitMQ; the rules are
+//! core's (`overseer_core::flow`), the evidence the Celery check's.
+//!
+//! - A queue nobody consumes: a worker consumes A only, tasks wait in B. The
+//!   executor turns unhealthy naming B, and its `detail` shows B's depth with no
+//!   consumer (Redis counts consumers from the workers' `active_queues` answers,
+//!   RabbitMQ from its own count).
+//! - A worker frozen with SIGSTOP while tasks arrive on its queue: its consumer
+//!   stays (RabbitMQ still counts it; Redis without `worker_ping` cannot tell), so
+//!   it is the stall rule that fires ("none taken"); after SIGCONT the worker drains
+//!   the queue and the executor is healthy again.
+//!
+//! The service pings with Celery's default control exchange (`celery`), so each
+//! Redis test has a database of its own (`/11`, `/12`, ...: the pidbox channel is
+//! per database), and every test has queues of its own. The worker is this file's
+//! own process (`--pool solo`: one process, no pool children), frozen, thawed and
+//! killed by its pid; a guard thaws and kills it whatever the test's outcome.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Serving, overseer, workdir};
+
+/// The machine's RabbitMQ, guest/guest on vhost `/`.
+const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
+/// The same broker as the service shows it: no credentials.
+const RABBITMQ_INSTANCE: &str = "amqp://127.0.0.1:5672//";
+
+/// How long a message may wait before the executor is unhealthy, in these tests.
+const MAX_QUEUED_AGE: Duration = Duration::from_secs(3);
+/// How often the service polls the executor (its `poll_timeout` is 90 % of it,
+/// which leaves the ping a window of 270 ms).
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Beyond `MAX_QUEUED_AGE` and one poll, what the verdict may take to show: the
+/// poll that first sees the messages, the table write and the report's refresh,
+/// and a loaded machine. A deadline to wait within, not a measurement.
+const SLACK: Duration = Duration::from_secs(15);
+/// How many tasks are sent where they wait.
+const TASKS: u32 = 20;
+
+/// How long a Celery worker may take to say it is ready.
+const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The Celery test app (`celery_app.py`, `send_tasks.py`) the Celery crate's tests use.
+fn celery_support() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/celery/tests/support")
+}
+
+/// True when `port` on loopback accepts connections; else skipped (or failed under CI).
+fn service_up(service: &str, port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        || overseer_testkit::unavailable::<()>(service, format!("127.0.0.1:{port} refuses"))
+            .is_some()
+}
+
+/// The Celery venv, or `None` (skipped) when it cannot be built.
+fn venv() -> Option<PathBuf> {
+    match overseer_testkit::venv::celery() {
+        Ok(path) => Some(path),
+        Err(e) => overseer_testkit::unavailable("a Python venv with Celery 5.5.3", e),
+    }
+}
+
+/// The venv's Python in the Celery test app's folder, its broker `broker`, the
+/// default control exchange (the service's).
+fn python(venv: &Path, broker: &str) -> Command {
+    let mut command = Command::new(venv.join("bin/python"));
+    command
+        .current_dir(celery_support())
+        .env("PYTHONPATH", celery_support())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("OVERSEER_TEST_BROKER", broker)
+        .env("OVERSEER_TEST_CONTROL_EXCHANGE", "celery")
+        .stdin(Stdio::null());
+    command
+}
+
+/// Sends `count` tasks to `queue` through the real Celery client.
+fn send_tasks(venv: &Path, broker: &str, queue: &str, count: u32) {
+    let mut command = python(venv, broker);
+    command
+        .arg("send_tasks.py")
+        .arg(queue)
+        .arg(count.to_string());
+    overseer_testkit::venv::run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
+}
+
+/// A node name no other worker has (`w_...@overseer-test`).
+fn node_name() -> String {
+    format!("{}@overseer-test", overseer_testkit::unique_name("w"))
+}
+
+/// A real Celery worker consuming one queue, in one process (`--pool solo`), so
+/// that SIGSTOP freezes all of it. Dropping it thaws and kills it.
+struct Worker {
+    child: Child,
+    /// Its node name.
+    node: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    /// Starts worker `node` consuming `queue` and waits until it says it is ready.
+    fn start(venv: &Path, broker: &str, queue: &str, node: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let log = dir.path().join("worker.log");
+        let node = node.to_owned();
+        let child = python(venv, broker)
+            .args([
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "worker",
+                "--pool",
+                "solo",
+            ])
+            .args([
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ])
+            .args(["--loglevel", "INFO", "-n", &node, "-Q", queue, "--logfile"])
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting a Celery worker");
+        let worker = Self {
+            child,
+            node,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains(&format!("{} ready.", worker.node)) {
+                return worker;
+            }
+            assert!(
+                started.elapsed() < WORKER_START_DEADLINE,
+                "the Celery worker did not become ready; its log:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the worker's process, by its pid.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // Thawed first: a stopped process takes SIGKILL too, but a thawed one
+            // leaves no doubt, whatever the test's outcome.
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.child.id().to_string()])
+                .status();
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A broker for one test: where the worker and the service connect, what the
+/// service shows as the instance, and how to remove the test's queues afterwards.
+#[derive(Clone, Copy)]
+enum Broker {
+    /// The machine's Redis, database `db` (the test's own).
+    Redis {
+        db: u8,
+    },
+    RabbitMq,
+}
+
+impl Broker {
+    fn url(self) -> String {
+        match self {
+            Self::Redis { db } => format!("redis://127.0.0.1:6379/{db}"),
+            Self::RabbitMq => RABBITMQ_URL.to_owned(),
+        }
+    }
+
+    fn instance(self) -> String {
+        match self {
+            Self::Redis { .. } => self.url(),
+            Self::RabbitMq => RABBITMQ_INSTANCE.to_owned(),
+        }
+    }
+
+    /// True when the broker answers; else skipped (or failed under CI).
+    fn up(self) -> bool {
+        match self {
+            Self::Redis { .. } => service_up("Redis", 6379),
+            Self::RabbitMq => service_up("RabbitMQ", 5672),
+        }
+    }
+
+    /// Removes what Celery made for this test's `queues` and `worker`: on Redis the
+    /// queues' lists and bindings and the worker's pidbox binding, on RabbitMQ the
+    /// queues and their exchanges (best effort: a failure only leaves names behind).
+    fn clean_up(self, venv: &Path, queues: &[String], worker: &str) {
+        let script = match self {
+            Self::Redis { .. } => {
+                "import os, sys, redis\n\
+                 r = redis.Redis.from_url(os.environ['OVERSEER_TEST_BROKER'])\n\
+                 *queues, worker = sys.argv[1:]\n\
+                 sep = '\\x06\\x16'\n\
+                 for q in queues:\n\
+                 \x20   r.delete(q, *(q + sep + p for p in '369'), '_kombu.binding.' + q)\n\
+                 r.srem('_kombu.binding.celery.pidbox', sep + sep + worker + '.celery.pidbox')\n"
+            }
+            Self::RabbitMq => {
+                "import sys\n\
+                 from celery_app import app\n\
+                 with app.connection_for_write() as conn:\n\
+                 \x20   channel = conn.default_channel\n\
+                 \x20   for q in sys.argv[1:-1]:\n\
+                 \x20       channel.queue_delete(q)\n\
+                 \x20       channel.exchange_delete(q)\n"
+            }
+        };
+        let mut command = python(venv, &self.url());
+        command.arg("-c").arg(script).args(queues).arg(worker);
+        if let Err(e) = overseer_testkit::venv::run(&mut command) {
+            eprintln!("could not remove the test's queues: {e}");
+        }
+    }
+}
+
+/// Removes a test's queues and worker binding when dropped, whatever the test's
+/// outcome; declared before the worker, so it runs once the worker is gone.
+struct Cleanup {
+    broker: Broker,
+    venv: PathBuf,
+    queues: Vec<String>,
+    node: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.broker.clean_up(&self.venv, &self.queues, &self.node);
+    }
+}
+
+/// `overseer serve` supervising one CeleryExecutor on `broker` with `queues`.
+fn serve(broker: Broker, queues: &[&str], worker_ping: bool) -> (Serving, tempfile::TempDir) {
+    let dir = workdir();
+    let queues = queues
+        .iter()
+        .map(|q| format!("{q:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let config = format!(
+        "[supervisor]\n\
+         hostname = \"sched-1\"\n\
+         poll_interval = \"{poll}ms\"\n\
+         poll_timeout = \"{timeout}ms\"\n\
+         heartbeat_interval = \"200ms\"\n\
+         refresh_interval = \"100ms\"\n\
+         \n\
+         [[executors]]\n\
+         name = \"CeleryExecutor\"\n\
+         broker_url = \"{url}\"\n\
+         queues = [{queues}]\n\
+         worker_ping = {worker_ping}\n\
+         max_queued_age = \"{age}s\"\n",
+        poll = POLL_INTERVAL.as_millis(),
+        timeout = POLL_INTERVAL.as_millis() * 9 / 10,
+        url = broker.url(),
+        age = MAX_QUEUED_AGE.as_secs(),
+    );
+    std::fs::write(dir.path().join("overseer.toml"), config).unwrap();
+    (Serving::start(&mut overseer(dir.path())), dir)
+}
+
+/// The Celery executor's instance in a health report.
+fn celery(json: &Value) -> Option<&Value> {
+    json["executor"]["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| i["executor"] == "CeleryExecutor")
+}
+
+/// The instance's reason, or `""`.
+fn reason(instance: &Value) -> &str {
+    instance["reason"].as_str().unwrap_or_default()
+}
+
+/// Queue `name` in the instance's detail.
+fn queue<'a>(instance: &'a Value, name: &str) -> Option<&'a Value> {
+    instance["detail"]["queues"]
+        .as_array()?
+        .iter()
+        .find(|q| q["name"] == name)
+}
+
+/// Waits (within `deadline`) until the Celery instance satisfies `done`.
+fn instance_until(
+    serving: &Serving,
+    what: &str,
+    deadline: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let json = support::health(serving);
+        if let Some(instance) = celery(&json).filter(|i| done(i)) {
+            return instance.clone();
+        }
+        assert!(started.elapsed() < deadline, "{what}: last {json}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A worker consumes A only; tasks wait in B: unhealthy, naming B, with B's depth
+/// and no consumer in the detail, and the worker listed with the queue it consumes.
+fn a_queue_nobody_consumes_is_named(broker: Broker) {
+    if !broker.up() {
+        return;
+    }
+    let Some(venv) = venv() else { return };
+    let a = overseer_testkit::unique_name("overseer-a");
+    let b = overseer_testkit::unique_name("overseer-b");
+    let node = node_name();
+    let _cleanup = Cleanup {
+        broker,
+        venv: venv.clone(),
+        queues: vec![a.clone(), b.clone()],
+        node: node.clone(),
+    };
+    let worker = Worker::start(&venv, &broker.url(), &a, &node);
+    send_tasks(&venv, &broker.url(), &b, TASKS);
+    let (serving, _dir) = serve(broker, &[&a, &b], true);
+
+    let waiting = format!("queue {b}: {TASKS} messages waiting and no worker consumes it (for ");
+    let instance = instance_until(
+        &serving,
+        "unhealthy, naming the queue nobody consumes",
+        support::START_DEADLINE,
+        |i| i["health"] == "unhealthy" && reason(i).contains(&waiting),
+    );
+    assert_eq!(instance["instance"], broker.instance().as_str());
+    assert!(!reason(&instance).contains(&a), "{instance}");
+    let stuck = queue(&instance, &b).expect("queue B in the detail");
+    assert_eq!(stuck["depth"], TASKS, "{instance}");
+    assert_eq!(stuck["consumers"], 0, "{instance}");
+    let consumed = queue(&instance, &a).expect("queue A in the detail");
+    assert_eq!(consumed["consumers"], 1, "{instance}");
+    let workers = instance["detail"]["workers"]
+        .as_array()
+        .expect("workers, with worker_ping on");
+    // Only this test's worker consumes A (other workers may share the pidbox).
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["name"] == worker.node.as_str() && w["queues"] == serde_json::json!([a])),
+        "{instance}"
+    );
+}
+
+/// The only worker of A is frozen while tasks arrive: unhealthy once nothing was
+/// taken for `MAX_QUEUED_AGE`, saying so; thawed, it drains A and the executor is
+/// healthy again.
+fn a_frozen_worker_stalls_its_queue_until_thawed(broker: Broker, worker_ping: bool) {
+    if !broker.up() {
+        return;
+    }
+    let Some(venv) = venv() else { return };
+    let a = overseer_testkit::unique_name("overseer-a");
+    let node = node_name();
+    let _cleanup = Cleanup {
+        broker,
+        venv: venv.clone(),
+        queues: vec![a.clone()],
+        node: node.clone(),
+    };
+    let worker = Worker::start(&venv, &broker.url(), &a, &node);
+    let (serving, _dir) = serve(broker, &[&a], worker_ping);
+    instance_until(
+        &serving,
+        "healthy with an empty queue",
+        support::START_DEADLINE,
+        |i| i["health"] == "healthy" && queue(i, &a).is_some_and(|q| q["depth"] == 0),
+    );
+
+    worker.signal("STOP");
+    send_tasks(&venv, &broker.url(), &a, TASKS);
+    let stalled = instance_until(
+        &serving,
+        "unhealthy within max_queued_age and a poll (and slack)",
+        MAX_QUEUED_AGE + POLL_INTERVAL + SLACK,
+        |i| i["health"] == "unhealthy",
+    );
+    let why = reason(&stalled);
+    assert!(why.contains(&format!("queue {a}: ")), "{stalled}");
+    assert!(
+        why.contains(&format!(
+            "messages waiting, none taken in {}s",
+            MAX_QUEUED_AGE.as_secs()
+        )),
+        "{stalled}"
+    );
+    // The consumer is still there (RabbitMQ counts it) or not known (Redis without
+    // the ping): it is the stall rule that fires, not the one for no consumer.
+    assert!(!why.contains("no worker consumes it"), "{stalled}");
+    if let Broker::RabbitMq = broker {
+        assert!(why.ends_with(", 1 consumer"), "{stalled}");
+    }
+    assert!(
+        queue(&stalled, &a).is_some_and(|q| q["depth"].as_u64() > Some(0)),
+        "{stalled}"
+    );
+
+    worker.signal("CONT");
+    instance_until(
+        &serving,
+        "healthy again once the worker drained its queue",
+        support::START_DEADLINE,
+        |i| i["health"] == "healthy" && queue(i, &a).is_some_and(|q| q["depth"] == 0),
+    );
+}
+
+#[test]
+fn redis_a_queue_nobody_consumes_makes_the_executor_unhealthy() {
+    a_queue_nobody_consumes_is_named(Broker::Redis { db: 11 });
+}
+
+#[test]
+fn rabbitmq_a_queue_nobody_consumes_makes_the_executor_unhealthy() {
+    a_queue_nobody_consumes_is_named(Broker::RabbitMq);
+}
+
+/// Without `worker_ping`, Redis cannot count consumers: only the stall rule can fire.
+#[test]
+fn redis_a_frozen_worker_stalls_its_queue_until_thawed() {
+    a_frozen_worker_stalls_its_queue_until_thawed(Broker::Redis { db: 12 }, false);
+}
+
+/// With `worker_ping`, the frozen worker does not answer, but RabbitMQ still counts
+/// its consumer: the stall rule fires, not the one for a queue nobody consumes.
+#[test]
+fn rabbitmq_a_frozen_worker_stalls_its_queue_until_thawed() {
+    a_frozen_worker_stalls_its_queue_until_thawed(Broker::RabbitMq, true);
+}
