@@ -1,17 +1,30 @@
 //! Schemathesis (from PyPI) against the running service and its own OpenAPI
 //! document: generated requests, every check, no server error, every response
-//! valid. The event stream is left out (it never ends by design).
+//! valid. The event stream is left out (it never ends by design). A Celery
+//! executor on the shared Redis gives its instance a `detail`, so the responses
+//! checked carry the evidence's schema with values, not only `null`.
 
 mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use support::{Serving, overseer, workdir};
+use serde_json::Value;
+use support::{Serving, get, overseer, workdir};
 
 /// Pinned, so a new release cannot change what CI checks overnight.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+/// The shared Redis on this machine.
+const REDIS: &str = "127.0.0.1:6379";
+
+/// The Redis database the Celery executor here uses: no other test's.
+const REDIS_DB: u32 = 12;
+
+/// How long the Celery executor's first detail may take to show.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A venv with Schemathesis, made once per machine outside the clone.
 fn schemathesis() -> Option<PathBuf> {
@@ -40,11 +53,27 @@ async fn schemathesis_finds_no_server_error_and_no_invalid_response() {
     ))
     .await;
     let dir = workdir();
-    std::fs::write(
-        dir.path().join("overseer.toml"),
-        "[[executors]]\nname = \"LocalExecutor\"\n",
-    )
-    .unwrap();
+    // Without Redis (outside CI) the run goes on without a detail to check.
+    let redis = match std::net::TcpStream::connect(REDIS) {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                !overseer_testkit::in_ci(),
+                "Redis on {REDIS} is required when CI is set, and is unreachable: {e}"
+            );
+            eprintln!("Redis on {REDIS} is unreachable ({e}): no executor instance has a detail");
+            false
+        }
+    };
+    let mut config = String::from("[[executors]]\nname = \"LocalExecutor\"\n");
+    if redis {
+        // An empty queue of its own: a healthy verdict, so ?strict=true stays 200.
+        config += &format!(
+            "\n[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://{REDIS}/{REDIS_DB}\"\nqueues = [\"{}\"]\n",
+            overseer_testkit::unique_name("schemathesis")
+        );
+    }
+    std::fs::write(dir.path().join("overseer.toml"), config).unwrap();
     let serving = Serving::start(
         overseer(dir.path())
             .env("OVERSEER_DATABASE__URL", &db.url)
@@ -53,6 +82,22 @@ async fn schemathesis_finds_no_server_error_and_no_invalid_response() {
                 "3600",
             ),
     );
+
+    if redis {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (_, body) = get(&serving.url("/api/v2/monitor/health"));
+            let health: Value = serde_json::from_str(&body).unwrap();
+            let detailed = health["executor"]["instances"]
+                .as_array()
+                .is_some_and(|i| i.iter().any(|i| i["detail"]["queues"][0]["depth"] == 0));
+            if detailed {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no detail shows: {health}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 
     let report = workdir();
     let out = Command::new(st)

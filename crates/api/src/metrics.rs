@@ -3,7 +3,28 @@
 //! The numbers live where they are made (the actors' atomic counters, the
 //! published report); a scrape reads them and builds the metric families, so
 //! nothing is recorded twice and a scrape takes no lock an actor waits on.
+//!
+//! # The evidence beside the verdicts
+//!
+//! This host's executor rows carry the evidence of their latest check
+//! ([`Detail`]); other hosts' rows carry none, so these gauges are this
+//! process's own (each Overseer is scraped for its own executors):
+//!
+//! | gauge | labels | one sample per | absent when |
+//! | --- | --- | --- | --- |
+//! | `overseer_queue_depth` | `executor`, `instance`, `broker`, `queue` | configured queue on a broker that answered | the depth could not be read |
+//! | `overseer_queue_consumers` | `executor`, `instance`, `broker`, `queue` | the same | the transport cannot say (Redis without `worker_ping`) |
+//! | `overseer_queued_tasks` | `executor`, `instance`, `queue` | queue with task instances queued, and every configured queue (0 when none) | Airflow's `task_instance` cannot be read |
+//! | `overseer_overdue_queued_tasks` | `executor`, `instance`, `queue` | the same | the same |
+//! | `overseer_oldest_queued_task_seconds` | `executor`, `instance`, `queue` | queue with task instances queued | none on the queue has a `queued_dttm` |
+//!
+//! A queue is labelled by its `broker` as well as its `instance`: a failover
+//! list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose brokers each
+//! hold a copy of the queue, with a depth of their own. Task instances are
+//! Airflow's rows, on no broker, so they have no `broker` label. A value that
+//! cannot be told is no sample, never a zero. Ages are as of the check.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,8 +32,9 @@ use actix_web::HttpResponse;
 use actix_web::web::Data;
 use chrono::Utc;
 use overseer_core::actors::aggregator::AggregatorStats;
+use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue};
 use overseer_core::overseer::ExecutorIdentity;
-use overseer_core::report::Status;
+use overseer_core::report::{ExecutorInstance, Status};
 use overseer_core::secret::scrub;
 use overseer_core::stats::{ExecutorStats, POLL_BUCKETS_SECONDS};
 use overseer_core::{ExecutorHealth, HealthReport};
@@ -57,7 +79,7 @@ impl Metrics {
             .iter()
             .flat_map(|e| e.instances.iter())
             .collect();
-        let row_labels = |i: &overseer_core::report::ExecutorInstance| {
+        let row_labels = |i: &ExecutorInstance| {
             vec![
                 ("executor", i.executor.clone().unwrap_or_default()),
                 ("instance", i.instance.clone().unwrap_or_default()),
@@ -93,6 +115,7 @@ impl Metrics {
                 })
                 .collect(),
         ));
+        families.extend(evidence(&rows));
         let components = [
             ("metadatabase", Some(report.metadatabase)),
             ("scheduler", report.scheduler.status),
@@ -238,6 +261,96 @@ impl Metrics {
         ));
         families
     }
+}
+
+/// The gauges of the evidence beside this host's verdicts (see the module's
+/// table), from the rows that carry a [`Detail`].
+fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
+    let detailed: Vec<(&ExecutorInstance, &Detail)> = rows
+        .iter()
+        .filter_map(|i| Some((*i, i.detail.as_deref()?)))
+        .collect();
+    let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
+        vec![
+            ("executor", i.executor.clone().unwrap_or_default()),
+            ("instance", i.instance.clone().unwrap_or_default()),
+            ("broker", broker.to_owned()),
+            ("queue", queue.to_owned()),
+        ]
+    };
+    let on_queue = |i: &ExecutorInstance, queue: &str| {
+        vec![
+            ("executor", i.executor.clone().unwrap_or_default()),
+            ("instance", i.instance.clone().unwrap_or_default()),
+            ("queue", queue.to_owned()),
+        ]
+    };
+    let queue_gauge = |value: fn(&QueueDetail) -> Option<f64>| {
+        detailed
+            .iter()
+            .flat_map(|(i, detail)| {
+                detail
+                    .queues
+                    .iter()
+                    .filter_map(move |q| Some(gauge(on_broker(i, &q.broker, &q.name), value(q)?)))
+            })
+            .collect()
+    };
+    // Per queue: each queue with task instances queued, and each configured
+    // queue with none (known to be empty, so 0 rather than no sample).
+    let queued: Vec<(&ExecutorInstance, &str, Option<&QueuedOnQueue>)> = detailed
+        .iter()
+        .filter_map(|(i, detail)| Some((*i, *detail, detail.queued_tasks.as_ref()?)))
+        .flat_map(|(i, detail, tasks)| {
+            let mut by_queue: BTreeMap<&str, Option<&QueuedOnQueue>> = detail
+                .queues
+                .iter()
+                .map(|q| (q.name.as_str(), None))
+                .collect();
+            by_queue.extend(tasks.queues.iter().map(|q| (q.queue.as_str(), Some(q))));
+            by_queue
+                .into_iter()
+                .map(move |(queue, tasks)| (i, queue, tasks))
+        })
+        .collect();
+    let queued_gauge = |value: fn(Option<&QueuedOnQueue>) -> Option<f64>| {
+        queued
+            .iter()
+            .filter_map(|(i, queue, tasks)| Some(gauge(on_queue(i, queue), value(*tasks)?)))
+            .collect()
+    };
+    vec![
+        family(
+            "overseer_queue_depth",
+            "Messages waiting in the queue on the broker, at this host's latest check of the executor.",
+            MetricType::GAUGE,
+            queue_gauge(|q| q.depth.map(|d| d as f64)),
+        ),
+        family(
+            "overseer_queue_consumers",
+            "Workers consuming the queue on the broker; absent when the broker cannot say (Redis without worker_ping).",
+            MetricType::GAUGE,
+            queue_gauge(|q| q.consumers.map(f64::from)),
+        ),
+        family(
+            "overseer_queued_tasks",
+            "Task instances Airflow holds in state queued for the executor, on the queue.",
+            MetricType::GAUGE,
+            queued_gauge(|tasks| Some(tasks.map_or(0.0, |t| t.count as f64))),
+        ),
+        family(
+            "overseer_overdue_queued_tasks",
+            "Task instances queued on the queue for longer than the executor's max_queued_age (0 when that rule is off).",
+            MetricType::GAUGE,
+            queued_gauge(|tasks| Some(tasks.map_or(0.0, |t| t.overdue as f64))),
+        ),
+        family(
+            "overseer_oldest_queued_task_seconds",
+            "How long the oldest task instance queued on the queue has waited, in seconds, at the latest check.",
+            MetricType::GAUGE,
+            queued_gauge(|tasks| tasks?.oldest_seconds.map(|s| s as f64)),
+        ),
+    ]
 }
 
 fn labels(pairs: Vec<(&str, String)>) -> Vec<proto::LabelPair> {

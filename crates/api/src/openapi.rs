@@ -1,7 +1,10 @@
 //! `GET /openapi.json`: the OpenAPI document, generated from the types the
 //! responses are written from. The health report's schema is
 //! [`HealthReport`]'s own (core's model, which also writes the JSON), so the
-//! document and the JSON cannot drift.
+//! document and the JSON cannot drift. The schemas its parts refer to come
+//! with it, the evidence beside each executor instance's verdict included
+//! (`detail`: `Detail`, `QueueDetail`, `WorkerDetail`, `QueuedTasks`,
+//! `QueuedOnQueue`), each described by its type's docs.
 
 use std::sync::LazyLock;
 

@@ -161,9 +161,34 @@ fn every_field_of_the_model_is_in_both_the_json_and_the_schema() {
         "$.executor.instances[0].health",
         "$.executor.instances[0].reason",
         "$.executor.instances[0].checked_at",
+        "$.executor.instances[0].detail.queues[0].name",
+        "$.executor.instances[0].detail.queues[0].broker",
+        "$.executor.instances[0].detail.queues[0].depth",
+        "$.executor.instances[0].detail.queues[0].consumers",
+        "$.executor.instances[0].detail.workers[0].name",
+        "$.executor.instances[0].detail.workers[0].queues[0]",
+        "$.executor.instances[0].detail.queued_tasks.count",
+        "$.executor.instances[0].detail.queued_tasks.oldest_seconds",
+        "$.executor.instances[0].detail.queued_tasks.queues[0].queue",
+        "$.executor.instances[0].detail.queued_tasks.queues[0].count",
+        "$.executor.instances[0].detail.queued_tasks.queues[0].oldest_seconds",
+        "$.executor.instances[0].detail.queued_tasks.queues[0].overdue",
+        // What cannot be told, as the schema allows it: null.
+        "$.executor.instances[1].detail.queues[0].depth",
+        "$.executor.instances[1].detail.workers",
+        "$.executor.instances[1].detail.queued_tasks",
+        "$.executor.instances[2].detail",
     ] {
         assert!(seen.iter().any(|p| p == path), "{path} checked: {seen:?}");
     }
+    let instances = &json["executor"]["instances"];
+    assert!(
+        !instances[0]["detail"].to_string().contains("null"),
+        "every field of the first detail has a value: {}",
+        instances[0]["detail"]
+    );
+    assert!(instances[1]["detail"]["workers"].is_null());
+    assert!(instances[2]["detail"].is_null(), "another host's row");
     assert!(
         json["executor"]["instances"]
             .as_array()
@@ -198,6 +223,136 @@ fn a_report_with_nothing_in_it_still_matches_and_leaves_out_only_what_is_optiona
     for (key, property) in properties(&doc, schema) {
         if let Some(value) = object.get(key.as_str()) {
             check(&doc, property, value, &format!("$.{key}"), &mut Vec::new());
+        }
+    }
+}
+
+/// The description a property carries, beside its `$ref` or on it.
+fn description(schema: &Value) -> Option<&str> {
+    schema["description"].as_str().or_else(|| {
+        schema["oneOf"]
+            .as_array()?
+            .iter()
+            .find_map(|branch| branch["description"].as_str())
+    })
+}
+
+/// True when a property's schema allows `null`.
+fn nullable(doc: &Value, schema: &Value) -> bool {
+    types(schema).contains("null")
+        || schema["oneOf"].as_array().is_some_and(|branches| {
+            branches
+                .iter()
+                .any(|b| types(resolve(doc, b)) == ["null"].into())
+        })
+}
+
+/// The component a property refers to: itself, its non-null branch, or its items.
+fn target(schema: &Value) -> Option<&str> {
+    let reference = schema["$ref"]
+        .as_str()
+        .or_else(|| {
+            schema["oneOf"]
+                .as_array()?
+                .iter()
+                .find_map(|branch| branch["$ref"].as_str())
+        })
+        .or_else(|| schema["items"]["$ref"].as_str())?;
+    reference.strip_prefix("#/components/schemas/")
+}
+
+/// A property as expected: its name, the component it refers to, and whether
+/// it may be `null`.
+type Property = (&'static str, Option<&'static str>, bool);
+
+#[test]
+fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    let instance = properties(&doc, &schemas["ExecutorInstance"]);
+    let (_, detail) = instance
+        .iter()
+        .find(|(name, _)| *name == "detail")
+        .expect("the executor instance has a detail");
+    assert!(
+        nullable(&doc, detail),
+        "another host's row has none: {detail}"
+    );
+    assert_eq!(target(detail), Some("Detail"));
+    assert!(
+        description(detail).is_some_and(|d| d.contains("null")),
+        "{detail}"
+    );
+
+    // Each part: (schema, its properties, each with the component it refers
+    // to and whether it may be null).
+    let parts: [(&str, &[Property]); 5] = [
+        (
+            "Detail",
+            &[
+                ("queues", Some("QueueDetail"), false),
+                ("workers", Some("WorkerDetail"), true),
+                ("queued_tasks", Some("QueuedTasks"), true),
+            ],
+        ),
+        (
+            "QueueDetail",
+            &[
+                ("name", None, false),
+                ("broker", None, false),
+                ("depth", None, true),
+                ("consumers", None, true),
+            ],
+        ),
+        (
+            "WorkerDetail",
+            &[("name", None, false), ("queues", None, true)],
+        ),
+        (
+            "QueuedTasks",
+            &[
+                ("count", None, false),
+                ("oldest_seconds", None, true),
+                ("queues", Some("QueuedOnQueue"), false),
+            ],
+        ),
+        (
+            "QueuedOnQueue",
+            &[
+                ("queue", None, false),
+                ("count", None, false),
+                ("oldest_seconds", None, true),
+                ("overdue", None, false),
+            ],
+        ),
+    ];
+    for (name, expected) in parts {
+        let schema = &schemas[name];
+        assert!(
+            schema["description"]
+                .as_str()
+                .is_some_and(|d| !d.is_empty()),
+            "{name} is described: {schema}"
+        );
+        let found = properties(&doc, schema);
+        let names: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+        let mut wanted: Vec<&str> = expected.iter().map(|(k, _, _)| *k).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        wanted.sort_unstable();
+        assert_eq!(sorted, wanted, "{name}'s properties");
+        for (property, refers_to, may_be_null) in expected {
+            let schema = found.iter().find(|(k, _)| k == property).unwrap().1;
+            assert!(
+                description(schema).is_some_and(|d| !d.is_empty()),
+                "{name}.{property} is described: {schema}"
+            );
+            assert_eq!(target(schema), *refers_to, "{name}.{property}: {schema}");
+            assert_eq!(
+                nullable(&doc, schema),
+                *may_be_null,
+                "{name}.{property} may be null: {schema}"
+            );
         }
     }
 }

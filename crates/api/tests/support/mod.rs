@@ -1,5 +1,6 @@
 //! Reports and API states for the in-process tests: built by the core's own
-//! [`HealthReport::build`] from job rows, as the aggregator builds them.
+//! [`HealthReport::assemble`] from job rows and the evidence of this host's
+//! checks, as the aggregator builds them.
 
 #![allow(dead_code)]
 
@@ -9,8 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
+use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail};
 use overseer_core::entity::job;
-use overseer_core::report::{JobRows, Thresholds, type_index};
+use overseer_core::report::{Thresholds, type_index};
 use overseer_core::{ExecutorHealth, HealthReport, JobState, JobType};
 use tokio::sync::watch;
 
@@ -53,29 +55,108 @@ pub fn executor_row(id: i32, class: &str, host: &str, health: ExecutorHealth) ->
     }
 }
 
-/// The report the aggregator would publish for `rows`, all read at [`now`].
+/// The report the aggregator would publish for `rows`, all read at [`now`],
+/// with no evidence (every row another host's, or checked by no check that gives any).
 pub fn report(rows: Vec<job::Model>, metadatabase_ok: bool) -> HealthReport {
-    let mut job_rows = JobRows::default();
+    report_with_detail(rows, metadatabase_ok, &|_| None)
+}
+
+/// The report the aggregator would publish for `rows`, all read at [`now`],
+/// with the evidence `detail` gives for a row (this host's).
+pub fn report_with_detail(
+    rows: Vec<job::Model>,
+    metadatabase_ok: bool,
+    detail: &dyn Fn(&job::Model) -> Option<Arc<Detail>>,
+) -> HealthReport {
+    let mut most_recent: [Option<&job::Model>; 4] = Default::default();
     for job_type in JobType::ALL {
-        job_rows.most_recent[type_index(job_type)] = rows
+        most_recent[type_index(job_type)] = rows
             .iter()
             .filter(|r| r.job_type.as_deref() == Some(job_type.as_str()))
-            .max_by_key(|r| r.latest_heartbeat)
-            .cloned();
+            .max_by_key(|r| r.latest_heartbeat);
     }
-    job_rows.live = rows;
-    HealthReport::build(
-        &job_rows,
+    let live: Vec<&job::Model> = rows.iter().collect();
+    let mut report = HealthReport::assemble(
+        most_recent,
+        &live,
+        detail,
         metadatabase_ok,
         &Thresholds::with_heartbeat_interval(Duration::from_secs(5)),
         now(),
-    )
+    );
+    report.render();
+    report
+}
+
+/// A queue on a broker.
+pub fn queue(name: &str, broker: &str, depth: Option<u64>, consumers: Option<u32>) -> QueueDetail {
+    QueueDetail {
+        name: name.into(),
+        broker: broker.into(),
+        depth,
+        consumers,
+    }
+}
+
+/// The evidence of a check that could tell everything: two configured queues on
+/// one broker (`reports` empty), two workers, and task instances queued on
+/// `default` and on `adhoc`, a queue no worker is configured for.
+pub fn full_detail() -> Detail {
+    Detail {
+        queues: vec![
+            queue("default", "redis://broker:6379/0", Some(3), Some(2)),
+            queue("reports", "redis://broker:6379/0", Some(0), Some(0)),
+        ],
+        workers: Some(vec![
+            WorkerDetail {
+                name: "celery@w1".into(),
+                queues: Some(vec!["default".into(), "reports".into()]),
+            },
+            WorkerDetail {
+                name: "celery@w2".into(),
+                queues: Some(vec!["default".into()]),
+            },
+        ]),
+        queued_tasks: Some(QueuedTasks {
+            count: 5,
+            oldest_seconds: Some(840),
+            queues: vec![
+                QueuedOnQueue {
+                    queue: "adhoc".into(),
+                    count: 1,
+                    oldest_seconds: Some(75),
+                    overdue: 0,
+                },
+                QueuedOnQueue {
+                    queue: "default".into(),
+                    count: 4,
+                    oldest_seconds: Some(840),
+                    overdue: 1,
+                },
+            ],
+        }),
+    }
+}
+
+/// The evidence of a check that could tell little: a queue whose depth could
+/// not be read, on a transport that cannot count consumers; no worker ping, no
+/// `task_instance` table.
+pub fn sparse_detail() -> Detail {
+    Detail {
+        queues: vec![queue("default", "redis://broker:6379/0", None, None)],
+        workers: None,
+        queued_tasks: None,
+    }
 }
 
 /// A report in which every field has a value: every component alive on one
 /// host, and three executors with each verdict (one unhealthy, with its reason).
+/// This host (`sched-1`) has the evidence of its checks: [`full_detail`] for
+/// `CeleryExecutor`, [`sparse_detail`] for `alias:CeleryExecutor`; `sched-2`'s
+/// row has none.
 pub fn full_report() -> HealthReport {
-    report(
+    let (full, sparse) = (Arc::new(full_detail()), Arc::new(sparse_detail()));
+    report_with_detail(
         vec![
             row(1, JobType::SchedulerJob, 2, "sched-1"),
             row(2, JobType::TriggererJob, 3, "trig-1"),
@@ -90,6 +171,11 @@ pub fn full_report() -> HealthReport {
             executor_row(6, "LocalExecutor", "sched-2", ExecutorHealth::Unknown),
         ],
         true,
+        &|row| match row.id {
+            4 => Some(full.clone()),
+            5 => Some(sparse.clone()),
+            _ => None,
+        },
     )
 }
 

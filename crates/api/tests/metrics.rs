@@ -1,0 +1,180 @@
+//! `/metrics` beside the evidence of this host's checks: the queue and
+//! queued-task gauges, line for line, for reports the core built with a
+//! [`Detail`](overseer_core::Detail) on this host's rows.
+
+mod support;
+
+use std::sync::Arc;
+
+use actix_web::{App, test, web};
+use overseer_core::ExecutorHealth;
+use overseer_core::HealthReport;
+use overseer_core::detail::Detail;
+use support::{Harness, executor_row, full_report, queue, report_with_detail};
+
+/// The body of `GET /metrics` while `report` is the published one.
+async fn scrape(report: HealthReport) -> String {
+    let harness = Harness::new(report, 4);
+    let app = test::init_service(
+        App::new()
+            .app_data(web::Data::new(harness.state.clone()))
+            .configure(overseer_api::routes),
+    )
+    .await;
+    let body =
+        test::call_and_read_body(&app, test::TestRequest::get().uri("/metrics").to_request()).await;
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// The samples of one family, in the order served.
+fn samples<'a>(body: &'a str, family: &str) -> Vec<&'a str> {
+    body.lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")))
+        .collect()
+}
+
+#[actix_web::test]
+async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_absent() {
+    let body = scrape(full_report()).await;
+    // `CeleryExecutor` on sched-1 told everything; `alias:CeleryExecutor` could
+    // read no depth and count no consumer; sched-2's row carries no evidence.
+    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    let broker = r#"broker="redis://broker:6379/0""#;
+    assert_eq!(
+        samples(&body, "overseer_queue_depth"),
+        [
+            format!(r#"overseer_queue_depth{{{on},{broker},queue="default"}} 3"#),
+            format!(r#"overseer_queue_depth{{{on},{broker},queue="reports"}} 0"#),
+        ]
+    );
+    assert_eq!(
+        samples(&body, "overseer_queue_consumers"),
+        [
+            format!(r#"overseer_queue_consumers{{{on},{broker},queue="default"}} 2"#),
+            format!(r#"overseer_queue_consumers{{{on},{broker},queue="reports"}} 0"#),
+        ]
+    );
+    // Every queue with task instances queued (`adhoc` has no worker configured
+    // for it), and the configured queue with none, at 0.
+    assert_eq!(
+        samples(&body, "overseer_queued_tasks"),
+        [
+            format!(r#"overseer_queued_tasks{{{on},queue="adhoc"}} 1"#),
+            format!(r#"overseer_queued_tasks{{{on},queue="default"}} 4"#),
+            format!(r#"overseer_queued_tasks{{{on},queue="reports"}} 0"#),
+        ]
+    );
+    assert_eq!(
+        samples(&body, "overseer_overdue_queued_tasks"),
+        [
+            format!(r#"overseer_overdue_queued_tasks{{{on},queue="adhoc"}} 0"#),
+            format!(r#"overseer_overdue_queued_tasks{{{on},queue="default"}} 1"#),
+            format!(r#"overseer_overdue_queued_tasks{{{on},queue="reports"}} 0"#),
+        ]
+    );
+    // No age for a queue with nothing queued.
+    assert_eq!(
+        samples(&body, "overseer_oldest_queued_task_seconds"),
+        [
+            format!(r#"overseer_oldest_queued_task_seconds{{{on},queue="adhoc"}} 75"#),
+            format!(r#"overseer_oldest_queued_task_seconds{{{on},queue="default"}} 840"#),
+        ]
+    );
+    for (family, help) in [
+        (
+            "overseer_queue_depth",
+            "Messages waiting in the queue on the broker, at this host's latest check of the executor.",
+        ),
+        (
+            "overseer_queue_consumers",
+            "Workers consuming the queue on the broker; absent when the broker cannot say (Redis without worker_ping).",
+        ),
+        (
+            "overseer_queued_tasks",
+            "Task instances Airflow holds in state queued for the executor, on the queue.",
+        ),
+        (
+            "overseer_overdue_queued_tasks",
+            "Task instances queued on the queue for longer than the executor's max_queued_age (0 when that rule is off).",
+        ),
+        (
+            "overseer_oldest_queued_task_seconds",
+            "How long the oldest task instance queued on the queue has waited, in seconds, at the latest check.",
+        ),
+    ] {
+        assert!(
+            body.contains(&format!("# HELP {family} {help}\n# TYPE {family} gauge\n")),
+            "{family}'s help and type in:\n{body}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn a_failover_list_has_a_depth_per_broker_and_no_credential_shows() {
+    // The actor scrubs the evidence before it reaches the report; a credential
+    // that slipped through all the same is masked in the label.
+    let mut row = executor_row(1, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy);
+    row.executor_instance = Some("redis://a:6379/0;redis://:***@b:6379/0".into());
+    let detail = Arc::new(Detail {
+        queues: vec![
+            queue("default", "redis://a:6379/0", Some(7), None),
+            queue("default", "redis://:hunter2@b:6379/0", Some(0), None),
+        ],
+        ..Detail::default()
+    });
+    let body = scrape(report_with_detail(vec![row], true, &|_| {
+        Some(detail.clone())
+    }))
+    .await;
+    let on = r#"executor="CeleryExecutor",instance="redis://a:6379/0;redis://:***@b:6379/0""#;
+    assert_eq!(
+        samples(&body, "overseer_queue_depth"),
+        [
+            format!(r#"overseer_queue_depth{{{on},broker="redis://a:6379/0",queue="default"}} 7"#),
+            format!(
+                r#"overseer_queue_depth{{{on},broker="redis://:***@b:6379/0",queue="default"}} 0"#
+            ),
+        ]
+    );
+    assert!(!body.contains("hunter2"), "{body}");
+    // Redis without worker_ping counts no consumer, and no task_instance was read.
+    for family in [
+        "overseer_queue_consumers",
+        "overseer_queued_tasks",
+        "overseer_overdue_queued_tasks",
+        "overseer_oldest_queued_task_seconds",
+    ] {
+        assert!(!body.contains(family), "{family} in:\n{body}");
+    }
+}
+
+#[actix_web::test]
+async fn queued_task_instances_are_counted_on_every_configured_queue_even_when_none_is_queued() {
+    let row = executor_row(1, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy);
+    let detail = Arc::new(Detail {
+        queues: vec![queue("default", "redis://broker:6379/0", Some(0), None)],
+        queued_tasks: Some(Default::default()),
+        ..Detail::default()
+    });
+    let body = scrape(report_with_detail(vec![row], true, &|_| {
+        Some(detail.clone())
+    }))
+    .await;
+    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    assert_eq!(
+        samples(&body, "overseer_queued_tasks"),
+        [format!(
+            r#"overseer_queued_tasks{{{on},queue="default"}} 0"#
+        )]
+    );
+    assert_eq!(
+        samples(&body, "overseer_overdue_queued_tasks"),
+        [format!(
+            r#"overseer_overdue_queued_tasks{{{on},queue="default"}} 0"#
+        )]
+    );
+    assert!(
+        !body.contains("overseer_oldest_queued_task_seconds"),
+        "{body}"
+    );
+}
