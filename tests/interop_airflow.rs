@@ -2,26 +2,40 @@
 //! shown against Airflow itself.
 //!
 //! One test, in phases, each timed and printed, each a function named after what it
-//! shows (`migrate`, `start_up`, `reports_agree`, `broker_down`, ...):
+//! shows (`migrate`, `start_up`, `reports_agree`, `work_stuck`, `broker_down`, ...):
 //! 1. **install**: a venv with `apache-airflow[postgres]==3.3.2`, the Celery provider and
 //!    `celery<5.6`, made once per machine outside the clone by
 //!    `overseer_testkit::venv::airflow` (cached, behind a lock folder).
-//! 2. **migrate**: a fresh Postgres database; `airflow db migrate`, then `overseer migrate`
-//!    on the same database (Overseer adds its four columns to Airflow's `job` table).
+//! 2. **migrate**: a fresh Postgres database; `airflow db migrate`, then `EXPLAIN` of
+//!    Overseer's queued-task query on Airflow's real schema (the query and its plan
+//!    printed; only that it runs is asserted: an empty table's plan is not
+//!    representative), then `overseer migrate` on the same database (Overseer adds its
+//!    four columns to Airflow's `job` table).
 //! 3. **start-up**: a Redis broker of the test's own, Airflow's `scheduler`, `triggerer`,
 //!    `dag-processor` and `api-server` with `CeleryExecutor`, and `overseer serve` reading
-//!    Airflow's own environment variables; until Airflow's `/api/v2/monitor/health` says
-//!    all three components are healthy.
+//!    Airflow's own environment variables (plus `OVERSEER_EXECUTORS` giving the Celery
+//!    executor a `MAX_QUEUED_AGE` of 10 s); until Airflow's `/api/v2/monitor/health`
+//!    says all three components are healthy.
 //! 4. **agree**: Airflow's health JSON and Overseer's agree on every field Airflow has;
 //!    Overseer adds an `executor` entry, `healthy`, whose instance is the broker.
-//! 5. **broker down**: the broker killed, Overseer says `unhealthy` with a plain reason
+//! 5. **work stuck**: no Celery worker runs; the DAG `overseer_interop_flow` (one quick
+//!    task) is triggered with `airflow dags trigger`; its task instance sits in `queued`
+//!    (read from `task_instance`); Overseer says the executor is `unhealthy` with
+//!    `N task instance(s) queued longer than 10s on queue default (oldest ...)` and
+//!    `detail.queued_tasks` counting it, `/metrics` has `overseer_queued_tasks` for it,
+//!    while Airflow's own endpoint says all is healthy. The time from the task
+//!    instance's `queued_dttm` to the verdict is printed.
+//! 6. **work flows**: `airflow celery worker` (concurrency 1) starts in a process group
+//!    of its own, the task instance reaches `success`, Overseer says `healthy` again with
+//!    nothing queued; the worker is stopped (its whole group) before the next phase.
+//! 7. **broker down**: the broker killed, Overseer says `unhealthy` with a plain reason
 //!    within a poll interval plus the timeout (plus the write and the refresh), while
 //!    Airflow's own endpoint keeps saying everything is healthy; the broker back on the
 //!    same port, `healthy` again.
-//! 6. **Airflow unharmed**: with Overseer's columns in its table, Airflow's scheduler keeps
+//! 8. **Airflow unharmed**: with Overseer's columns in its table, Airflow's scheduler keeps
 //!    heartbeating and `airflow jobs check --job-type SchedulerJob` passes (and
-//!    `overseer jobs check` says the same).
-//! 7. **stop**: SIGTERM, SIGKILL after a grace period, no process left behind (checked),
+//!    `overseer jobs check` says the same); the DAG `overseer_interop` never ran.
+//! 9. **stop**: SIGTERM, SIGKILL after a grace period, no process left behind (checked),
 //!    the database dropped. A guard does the same when an assertion fails, prints the
 //!    tail of every log and keeps the run's folder.
 //!
@@ -35,25 +49,38 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, FixedOffset};
+use chrono::{DateTime, FixedOffset, Utc};
 use overseer::config::duration;
 use overseer_testkit::TestDb;
+use sea_orm::DbBackend;
 use serde_json::Value;
 
 /// The binary under test.
 const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
-/// The DAG folder's one file: a DAG that never runs, so nothing is ever sent to the broker.
+/// The DAG folder's first file: a DAG that never runs.
 const DAG: &str = include_str!("interop/dags/overseer_interop.py");
+/// The DAG folder's second file: one quick task, run when the test triggers it.
+const FLOW_DAG: &str = include_str!("interop/dags/overseer_interop_flow.py");
+/// The triggered DAG, its run and its one task.
+const FLOW_DAG_ID: &str = "overseer_interop_flow";
+const FLOW_RUN_ID: &str = "overseer_interop_stuck_then_flowing";
+const FLOW_TASK_ID: &str = "say_ok";
 
 /// Overseer's supervisor, quick enough that a dead broker shows within seconds.
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const POLL_TIMEOUT: Duration = Duration::from_secs(1);
 const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1000);
 const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+/// The Celery executor's `max_queued_age`, given through `OVERSEER_EXECUTORS`: short, so
+/// that a task instance with no worker to run it makes the executor unhealthy soon.
+const MAX_QUEUED_AGE: Duration = Duration::from_secs(10);
+/// How its reason spells the limit (`duration::age`).
+const MAX_QUEUED_AGE_SHOWN: &str = "10s";
 
 /// How often Airflow's scheduler, triggerer and DAG processor heartbeat: Airflow's defaults
 /// (`[scheduler] scheduler_heartbeat_sec`, `[triggerer] job_heartbeat_sec`,
@@ -87,6 +114,11 @@ const START_DEADLINE: Duration = Duration::from_secs(240);
 const MIGRATE_DEADLINE: Duration = Duration::from_secs(300);
 /// `airflow jobs check`, mostly Python start-up.
 const CLI_DEADLINE: Duration = Duration::from_secs(120);
+/// The DAG processor storing the triggered DAG; the scheduler queuing its task.
+const SCHEDULE_DEADLINE: Duration = Duration::from_secs(120);
+/// A cold `airflow celery worker` starting, taking the task and running it to `success`
+/// (a fresh interpreter for the task too) on 2 busy cores.
+const RUN_DEADLINE: Duration = Duration::from_secs(240);
 /// SIGTERM, then this long to exit, then SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(20);
 
@@ -94,6 +126,9 @@ const STOP_GRACE: Duration = Duration::from_secs(20);
 /// environment, and so do their children: how strays are found at the end. (Not
 /// `OVERSEER_*`: Overseer would take it for configuration and refuse to start.)
 const MARKER_VAR: &str = "INTEROP_AIRFLOW_RUN";
+
+/// The Celery worker's name among the run's processes (and its log's).
+const WORKER: &str = "celery-worker";
 
 #[tokio::test]
 async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
@@ -127,28 +162,43 @@ async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
     let last_scheduler_heartbeat = reports_agree(&run, &urls, &executor);
     timings.add("reports agree", started.elapsed());
 
-    // 5. broker down
+    // 5. work stuck
+    let started = Instant::now();
+    let queued_to_unhealthy = work_stuck(&mut run, &db, &urls).await;
+    timings.add("work stuck (trigger until unhealthy)", started.elapsed());
+
+    // 6. work flows
+    let started = Instant::now();
+    work_flows(&mut run, &db, &urls).await;
+    timings.add("work flows (worker until healthy)", started.elapsed());
+
+    // 7. broker down
     let started = Instant::now();
     let killed = broker_down(&mut run, &urls);
     broker_stays_down(&urls, killed);
     broker_back(&mut run, &urls);
     timings.add("broker down and back", started.elapsed());
 
-    // 6. Airflow unharmed
+    // 8. Airflow unharmed
     let started = Instant::now();
     scheduler_heartbeats_again(&mut run, &urls, last_scheduler_heartbeat);
     airflow_rows_take_the_columns_default(&db).await;
     dag_processor_stored_the_dag(&db).await;
+    the_idle_dag_never_ran(&db).await;
     jobs_check_finds_the_scheduler(&mut run);
     timings.add("Airflow unharmed", started.elapsed());
 
-    // 7. stop
+    // 9. stop
     let started = Instant::now();
     stop(&mut run, &db).await;
     timings.add("stop", started.elapsed());
     drop(run);
     drop(db);
     eprintln!("interop: phase timings\n{}", timings.render());
+    eprintln!(
+        "interop: time from a task becoming stuck (its queued_dttm) to unhealthy: {queued_to_unhealthy:.1?}, with max_queued_age {}",
+        MAX_QUEUED_AGE_SHOWN
+    );
 }
 
 /// Where the two health reports are read.
@@ -159,6 +209,8 @@ struct Urls {
     overseer: String,
     /// The broker, as Overseer names the Celery executor's instance.
     broker: String,
+    /// Overseer's `/metrics`.
+    metrics: String,
 }
 
 /// `airflow db migrate`, then `overseer migrate` on the same database: Overseer's
@@ -176,6 +228,9 @@ async fn migrate(run: &mut Run, db: &TestDb, timings: &mut Timings) {
         migrate.log
     );
     timings.add("airflow db migrate", started.elapsed());
+    let started = Instant::now();
+    explain_the_queued_query(db).await;
+    timings.add("EXPLAIN the queued-task query", started.elapsed());
     let started = Instant::now();
     let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
     assert!(
@@ -196,6 +251,20 @@ async fn migrate(run: &mut Run, db: &TestDb, timings: &mut Timings) {
             "{column} is not in Airflow's job table: {columns:?}"
         );
     }
+}
+
+/// `EXPLAIN` of the one statement Overseer reads `task_instance` with, on Airflow's real
+/// schema. Just migrated, the table is empty: the plan is printed for the record, and
+/// only that the statement runs is asserted (an empty table's plan says little about a
+/// busy one's).
+async fn explain_the_queued_query(db: &TestDb) {
+    let sql = overseer_core::queued::query(DbBackend::Postgres, &[MAX_QUEUED_AGE], Utc::now());
+    let plan = db.strings(&format!("EXPLAIN {sql}")).await;
+    assert!(!plan.is_empty(), "EXPLAIN gave no plan for {sql}");
+    eprintln!(
+        "interop: Overseer's queued-task query on Airflow's schema:\n  {sql}\ninterop: its plan (EXPLAIN, empty table):\n  {}",
+        plan.join("\n  ")
+    );
 }
 
 /// The broker, Airflow's four processes and `overseer serve`, until Airflow says its
@@ -227,6 +296,7 @@ fn start_up(run: &mut Run) -> (Urls, Value) {
         airflow: format!("http://127.0.0.1:{api_port}/api/v2/monitor/health"),
         overseer: format!("http://{overseer_addr}/api/v2/monitor/health"),
         broker: format!("redis://127.0.0.1:{}/0", run.broker_port),
+        metrics: format!("http://{overseer_addr}/metrics"),
     };
     let airflow = run.wait_until(
         "Airflow's health says scheduler, triggerer and dag_processor are healthy",
@@ -315,6 +385,303 @@ fn one_healthy_broker_instance(overseer: &Value, broker: &str) {
     );
     assert_eq!(instance["health"], "healthy", "{instance}");
     assert!(instance["reason"].is_null(), "{instance}");
+}
+
+/// Triggers the flow DAG while no Celery worker runs: its task instance sits in `queued`
+/// and, once queued longer than [`MAX_QUEUED_AGE`], Overseer says the executor is
+/// unhealthy and why, counts it in `detail.queued_tasks` and `/metrics`, while Airflow's
+/// own endpoint says all is well. Answers the time from the task instance's
+/// `queued_dttm` to the first report seen saying so.
+async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
+    assert!(
+        !run.processes.iter().any(|p| p.name == WORKER && !p.reaped),
+        "no Celery worker runs yet"
+    );
+    wait_for_rows(
+        run,
+        db,
+        "the DAG processor stored the flow DAG, unpaused",
+        SCHEDULE_DEADLINE,
+        &format!("SELECT is_paused::text FROM dag WHERE dag_id = '{FLOW_DAG_ID}'"),
+        |rows| rows == ["false"],
+    )
+    .await;
+    let trigger = run.finish(
+        run.airflow(&["dags", "trigger", FLOW_DAG_ID, "--run-id", FLOW_RUN_ID]),
+        "airflow-dags-trigger",
+        CLI_DEADLINE,
+    );
+    assert!(
+        trigger.status.success(),
+        "airflow dags trigger failed:\n{}",
+        trigger.log
+    );
+    let queued = wait_for_task(
+        run,
+        db,
+        "the scheduler queued the task instance",
+        SCHEDULE_DEADLINE,
+        |state| !matches!(state, "" | "scheduled"),
+    )
+    .await;
+    assert_eq!(queued.state, "queued", "with no worker, the task waits");
+    let queued_dttm = queued
+        .queued_dttm
+        .expect("a queued task instance has queued_dttm");
+    eprintln!("interop: task instance {FLOW_DAG_ID}.{FLOW_TASK_ID} queued at {queued_dttm}");
+
+    // Until the limit, the task instance is counted and the executor still healthy
+    // (printed, not asserted: when the first report comes depends on the polls).
+    let mut counted_while_healthy: Option<Value> = None;
+    let report = run.wait_until(
+        "Overseer says the executor is unhealthy: a task instance queued too long",
+        // The queued-task reader's next read, then the executor's next poll.
+        MAX_QUEUED_AGE + 2 * POLL_INTERVAL + VERDICT_DEADLINE,
+        || {
+            let report = try_get_json(&urls.overseer)?;
+            let instance = celery_instance(&report)?;
+            let count = instance["detail"]["queued_tasks"]["count"].as_u64();
+            if instance["health"] == "healthy" && count >= Some(1) {
+                counted_while_healthy.get_or_insert(instance.clone());
+            }
+            let reason = instance["reason"].as_str().unwrap_or_default();
+            (instance["health"] == "unhealthy"
+                && overdue_in_reason(reason).is_some()
+                && count >= Some(1))
+            .then_some(report)
+        },
+    );
+    let seen_at = Utc::now();
+    let to_unhealthy = (seen_at - queued_dttm).to_std().unwrap_or_default();
+    let instance = celery_instance(&report).expect("the Celery instance is listed");
+    match &counted_while_healthy {
+        Some(young) => eprintln!(
+            "interop: before the limit, Overseer counted it and still said healthy: {}",
+            young["detail"]["queued_tasks"]
+        ),
+        None => eprintln!("interop: no report counted it before the limit"),
+    }
+    eprintln!(
+        "interop: Overseer said unhealthy {to_unhealthy:.1?} after queued_dttm (max_queued_age {MAX_QUEUED_AGE_SHOWN}): {instance}"
+    );
+
+    assert_eq!(report["executor"]["status"], "unhealthy", "{report}");
+    let reason = instance["reason"].as_str().unwrap_or_default();
+    assert!(
+        !reason.contains('\n') && overdue_in_reason(reason) >= Some(1),
+        "the reason says a task instance was queued longer than {MAX_QUEUED_AGE_SHOWN} on queue default: {reason:?}"
+    );
+    let tasks = &instance["detail"]["queued_tasks"];
+    assert!(tasks["count"].as_u64() >= Some(1), "{tasks}");
+    assert!(
+        tasks["oldest_seconds"].as_u64() >= Some(MAX_QUEUED_AGE.as_secs()),
+        "the oldest was queued at least max_queued_age ago: {tasks}"
+    );
+    let default_queue = tasks["queues"]
+        .as_array()
+        .and_then(|queues| queues.iter().find(|q| q["queue"] == "default"))
+        .unwrap_or_else(|| panic!("queue default in queued_tasks: {tasks}"));
+    assert!(
+        default_queue["count"].as_u64() >= Some(1) && default_queue["overdue"].as_u64() >= Some(1),
+        "{default_queue}"
+    );
+    let airflow = get_json(&urls.airflow);
+    assert!(
+        all_healthy(&airflow) && airflow.get("executor").is_none(),
+        "Airflow's own endpoint says all is well with work stuck (the gap): {airflow}"
+    );
+    let still = wait_for_task(run, db, "the task instance", CLI_DEADLINE, |_| true).await;
+    assert_eq!(
+        still.state, "queued",
+        "no worker runs: the task still waits"
+    );
+
+    match queued_gauge_present(urls) {
+        true => {
+            let value = run.wait_until(
+                "/metrics: overseer_queued_tasks counts the queued task instance",
+                VERDICT_DEADLINE,
+                || queued_gauge(&get(&urls.metrics).1).filter(|v| *v >= 1.0),
+            );
+            eprintln!("interop: /metrics: overseer_queued_tasks on queue default = {value}");
+        }
+        false => eprintln!(
+            "interop: /metrics has no overseer_queued_tasks gauge (yet): asserted only the JSON"
+        ),
+    }
+    to_unhealthy
+}
+
+/// A Celery worker starts: the task instance runs to `success` and Overseer says the
+/// executor is healthy again, with nothing queued. The worker (its whole process group)
+/// is stopped afterwards, so that the broker-down phase finds only Airflow's own
+/// processes talking to the broker.
+async fn work_flows(run: &mut Run, db: &TestDb, urls: &Urls) {
+    let starting = Instant::now();
+    run.start_worker();
+    eprintln!(
+        "interop: the Celery worker is ready after {:.1?}",
+        starting.elapsed()
+    );
+    let started = Instant::now();
+    let ran = wait_for_task(
+        run,
+        db,
+        "the worker ran the task instance",
+        RUN_DEADLINE,
+        |state| {
+            matches!(
+                state,
+                "success" | "failed" | "upstream_failed" | "skipped" | "removed"
+            )
+        },
+    )
+    .await;
+    assert_eq!(ran.state, "success", "the task ran and succeeded");
+    eprintln!(
+        "interop: the task instance reached success {:.1?} after the worker was ready",
+        started.elapsed()
+    );
+    let reached_success = Instant::now();
+    let report = run.wait_until(
+        "Overseer says the executor is healthy again, nothing queued",
+        POLL_INTERVAL + VERDICT_DEADLINE,
+        || {
+            try_get_json(&urls.overseer).filter(|o| {
+                celery_instance(o).is_some_and(|i| {
+                    i["health"] == "healthy" && i["detail"]["queued_tasks"]["count"] == 0
+                })
+            })
+        },
+    );
+    eprintln!(
+        "interop: Overseer said healthy {:.1?} after the task instance's success: {}",
+        reached_success.elapsed(),
+        report["executor"]
+    );
+    assert_eq!(report["executor"]["status"], "healthy", "{report}");
+    let instance = celery_instance(&report).expect("the Celery instance is listed");
+    assert!(instance["reason"].is_null(), "{instance}");
+    assert_eq!(instance["instance"], urls.broker.as_str(), "{instance}");
+    if queued_gauge_present(urls) {
+        run.wait_until(
+            "/metrics: overseer_queued_tasks back to 0",
+            VERDICT_DEADLINE,
+            || queued_gauge(&get(&urls.metrics).1).filter(|v| *v == 0.0),
+        );
+    }
+    let status = run.stop_worker();
+    eprintln!("interop: the Celery worker stopped ({status}), its process group empty");
+}
+
+/// The task instances of the DAG that never runs: none, and no DAG run either.
+async fn the_idle_dag_never_ran(db: &TestDb) {
+    for table in ["dag_run", "task_instance"] {
+        let rows = db
+            .strings(&format!(
+                "SELECT COUNT(*)::text FROM {table} WHERE dag_id = 'overseer_interop'"
+            ))
+            .await;
+        assert_eq!(rows, ["0"], "the DAG overseer_interop never ran: {table}");
+    }
+}
+
+/// The triggered task instance, as `task_instance` holds it.
+struct TaskInstance {
+    /// Its state; empty while it has none.
+    state: String,
+    queued_dttm: Option<DateTime<Utc>>,
+}
+
+/// Reads the triggered task instance until `accept` takes its state.
+async fn wait_for_task(
+    run: &mut Run,
+    db: &TestDb,
+    what: &str,
+    deadline: Duration,
+    accept: impl Fn(&str) -> bool,
+) -> TaskInstance {
+    let sql = format!(
+        "SELECT COALESCE(state, '') || ' ' || COALESCE(EXTRACT(EPOCH FROM queued_dttm)::text, '') \
+         FROM task_instance WHERE dag_id = '{FLOW_DAG_ID}' AND run_id = '{FLOW_RUN_ID}' AND task_id = '{FLOW_TASK_ID}'"
+    );
+    let rows = wait_for_rows(run, db, what, deadline, &sql, |rows| {
+        rows.first()
+            .is_some_and(|row| accept(row.split(' ').next().unwrap_or_default()))
+    })
+    .await;
+    let (state, epoch) = rows[0].split_once(' ').unwrap_or((&rows[0], ""));
+    let queued_dttm = epoch.parse::<f64>().ok().map(|seconds| {
+        DateTime::from_timestamp_micros((seconds * 1e6).round() as i64)
+            .unwrap_or_else(|| panic!("queued_dttm {epoch}"))
+    });
+    TaskInstance {
+        state: state.to_owned(),
+        queued_dttm,
+    }
+}
+
+/// Runs `sql` every 250 ms until `accept` takes its rows, failing the test at `deadline`
+/// (with every process's log tail) or at once when a process of ours died.
+async fn wait_for_rows(
+    run: &mut Run,
+    db: &TestDb,
+    what: &str,
+    deadline: Duration,
+    sql: &str,
+    accept: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let until = Instant::now() + deadline;
+    loop {
+        let rows = db.strings(sql).await;
+        if accept(&rows) {
+            return rows;
+        }
+        run.check_ours(what);
+        assert!(
+            Instant::now() < until,
+            "{what}: not within {deadline:?}; last read {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// How many task instances a reason says were queued longer than [`MAX_QUEUED_AGE`] on
+/// queue `default` (`1 task instance queued longer than 10s on queue default (oldest
+/// 14s)`), when one of its findings says so.
+fn overdue_in_reason(reason: &str) -> Option<u64> {
+    let limit = format!(" queued longer than {MAX_QUEUED_AGE_SHOWN} on queue default");
+    reason.split("; ").find_map(|finding| {
+        let (count, rest) = finding.split_once(' ')?;
+        let count: u64 = count.parse().ok()?;
+        let noun = if count == 1 {
+            "task instance"
+        } else {
+            "task instances"
+        };
+        let rest = rest.strip_prefix(noun)?.strip_prefix(limit.as_str())?;
+        (rest.is_empty() || (rest.starts_with(" (oldest ") && rest.ends_with(')'))).then_some(count)
+    })
+}
+
+/// Whether Overseer's `/metrics` has the `overseer_queued_tasks` gauge at all.
+fn queued_gauge_present(urls: &Urls) -> bool {
+    let (status, body) = get(&urls.metrics);
+    assert_eq!(status, 200, "GET {}: {body}", urls.metrics);
+    body.lines().any(|line| {
+        line.starts_with("overseer_queued_tasks{") || line.contains(" overseer_queued_tasks ")
+    })
+}
+
+/// The `overseer_queued_tasks` sample of the Celery executor's queue `default`.
+fn queued_gauge(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("overseer_queued_tasks{"))
+        .filter(|line| {
+            line.contains("executor=\"CeleryExecutor\"") && line.contains("queue=\"default\"")
+        })
+        .find_map(|line| line.rsplit_once(' ')?.1.parse().ok())
 }
 
 /// Kills the broker: within a poll interval plus the timeout (plus the write and the
@@ -536,6 +903,9 @@ struct Process {
     name: String,
     child: Child,
     log: PathBuf,
+    /// Leads a process group of its own (its pid is the group's id), signalled as a whole:
+    /// the Celery worker, whose pool processes are its children.
+    group: bool,
     /// Waited for already: its pid may belong to someone else now, never signal it.
     reaped: bool,
 }
@@ -556,6 +926,7 @@ impl Run {
         std::fs::create_dir_all(dir.path().join("airflow-home")).unwrap();
         std::fs::create_dir_all(dir.path().join("logs")).unwrap();
         std::fs::write(dir.path().join("dags/overseer_interop.py"), DAG).unwrap();
+        std::fs::write(dir.path().join("dags/overseer_interop_flow.py"), FLOW_DAG).unwrap();
         let sql_alchemy_conn = match db_url.split_once("://") {
             Some((_, rest)) => format!("postgresql+psycopg2://{rest}"),
             None => panic!("a Postgres URL: {db_url}"),
@@ -653,12 +1024,31 @@ impl Run {
             .env(
                 "OVERSEER_SUPERVISOR__REFRESH_INTERVAL",
                 duration::format(REFRESH_INTERVAL),
+            )
+            // Beside Airflow's variables, which still give this executor its broker.
+            .env(
+                "OVERSEER_EXECUTORS",
+                format!(
+                    "[{{name = \"CeleryExecutor\", max_queued_age = \"{}\"}}]",
+                    duration::format(MAX_QUEUED_AGE)
+                ),
             );
         command
     }
 
     /// Starts a long-running process, its output to `logs/<name>.log`.
-    fn start(&mut self, name: &str, mut command: Command) {
+    fn start(&mut self, name: &str, command: Command) {
+        self.launch(name, command, false);
+    }
+
+    /// Starts a long-running process as the leader of a process group of its own, which
+    /// is then signalled as a whole.
+    fn start_group(&mut self, name: &str, mut command: Command) {
+        command.process_group(0);
+        self.launch(name, command, true);
+    }
+
+    fn launch(&mut self, name: &str, mut command: Command, group: bool) {
         let log = self.log_path(name);
         let file = std::fs::File::create(&log).expect("a log file");
         let child = command
@@ -670,6 +1060,7 @@ impl Run {
             name: name.to_owned(),
             child,
             log,
+            group,
             reaped: false,
         });
         self.note_ours();
@@ -751,6 +1142,66 @@ impl Run {
         );
     }
 
+    /// Starts `airflow celery worker` (one pool process, queue `default`, no log server),
+    /// in a process group of its own, and waits until Celery says it is ready.
+    fn start_worker(&mut self) {
+        let command = self.airflow(&[
+            "celery",
+            "worker",
+            "--concurrency",
+            "1",
+            "--queues",
+            "default",
+            "--skip-serve-logs",
+            "--celery-hostname",
+            "overseer-interop@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]);
+        self.start_group(WORKER, command);
+        let log = self.log_path(WORKER);
+        self.wait_until("the Celery worker is ready", RUN_DEADLINE, || {
+            read(&log).contains(" ready.").then_some(())
+        });
+    }
+
+    /// SIGTERM to the Celery worker's process group (SIGKILL after the grace period),
+    /// until none of the group is left; the worker's exit status.
+    fn stop_worker(&mut self) -> ExitStatus {
+        self.note_ours();
+        let index = self
+            .processes
+            .iter()
+            .position(|p| p.name == WORKER && !p.reaped)
+            .expect("the Celery worker runs");
+        let pgid = self.processes[index].child.id();
+        signal_group(pgid, "TERM");
+        let process = &mut self.processes[index];
+        let status = wait_deadline(&mut process.child, STOP_GRACE);
+        process.reaped = true;
+        let in_group = || {
+            proc_table()
+                .into_iter()
+                .any(|p| p.pgrp == pgid && p.state != 'Z')
+        };
+        let until = Instant::now() + STOP_GRACE;
+        while in_group() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if status.is_none() || in_group() {
+            signal_group(pgid, "KILL");
+            let until = Instant::now() + Duration::from_secs(5);
+            while in_group() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        assert!(
+            !in_group(),
+            "the Celery worker's process group outlived SIGKILL"
+        );
+        status.unwrap_or_else(|| panic!("the Celery worker ignored SIGTERM for {STOP_GRACE:?}"))
+    }
+
     /// Starts `overseer serve --bind 127.0.0.1:0` and returns the address it logs.
     fn start_overseer(&mut self) -> String {
         let command = self.overseer(&["serve", "--bind", "127.0.0.1:0"]);
@@ -800,18 +1251,24 @@ impl Run {
             if let Some(answer) = probe() {
                 return answer;
             }
-            self.note_ours();
-            for process in &self.processes {
-                if !process.reaped && !alive(process.child.id()) {
-                    panic!(
-                        "{what}: {} exited meanwhile:\n{}",
-                        process.name,
-                        tail(&read(&process.log), 40)
-                    );
-                }
-            }
+            self.check_ours(what);
             assert!(Instant::now() < until, "{what}: not within {deadline:?}");
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Notes the run's processes, and fails the test (with the log's tail) when one that
+    /// should run has exited.
+    fn check_ours(&mut self, what: &str) {
+        self.note_ours();
+        for process in &self.processes {
+            if !process.reaped && !alive(process.child.id()) {
+                panic!(
+                    "{what}: {} exited meanwhile:\n{}",
+                    process.name,
+                    tail(&read(&process.log), 40)
+                );
+            }
         }
     }
 
@@ -846,7 +1303,10 @@ impl Run {
         self.stopped = true;
         self.note_ours();
         for process in self.processes.iter().filter(|p| !p.reaped) {
-            signal(process.child.id(), "TERM");
+            match process.group {
+                true => signal_group(process.child.id(), "TERM"),
+                false => signal(process.child.id(), "TERM"),
+            }
         }
         let until = Instant::now() + STOP_GRACE;
         while Instant::now() < until && !self.still_alive().is_empty() {
@@ -921,6 +1381,8 @@ impl Drop for Run {
 struct ProcStat {
     pid: u32,
     ppid: u32,
+    /// Its process group.
+    pgrp: u32,
     state: char,
     /// Clock ticks after boot: with the pid, names a process even after pid reuse.
     start: u64,
@@ -944,6 +1406,7 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
         pid,
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
@@ -979,6 +1442,14 @@ fn cmdline(pid: u32) -> String {
 fn signal(pid: u32, signal: &str) {
     let _ = Command::new("kill")
         .args([format!("-{signal}"), pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// `signal` to every process of the group `pgid`.
+fn signal_group(pgid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([format!("-{signal}"), "--".to_owned(), format!("-{pgid}")])
         .stderr(Stdio::null())
         .status();
 }

@@ -1,8 +1,9 @@
-"""The one DAG of the Airflow interop test (tests/interop_airflow.rs).
+"""The DAG of the Airflow interop test (tests/interop_airflow.rs) that never runs.
 
 It gives the DAG processor a file to parse and the scheduler a DAG to look at,
-and never runs: no schedule, so no task is ever queued to the Celery broker the
-test stops on purpose (a queued task would make the scheduler talk to it).
+and never runs: no schedule and paused at creation (Airflow's default), so none
+of its tasks is ever queued. The test checks that it has no DAG run at the end.
+The work that does run is the other file's, overseer_interop_flow.py.
 """
 
 from airflow.providers.standard.operators.empty import EmptyOperator
