@@ -52,6 +52,11 @@ pub enum Command {
         /// system's roots.
         #[arg(long, value_name = "PATH")]
         cacert: Option<std::path::PathBuf>,
+        /// Judge only this component (repeat for several): exit 1 only when one of
+        /// them is unhealthy. metadatabase, scheduler, triggerer, dag_processor or
+        /// executor; every one by default.
+        #[arg(long = "component", value_name = "NAME", value_parser = parse_component)]
+        components: Vec<overseer_core::report::Component>,
     },
     /// Inspect the Jobs table directly, as `airflow jobs` does.
     Jobs {
@@ -90,4 +95,9 @@ pub enum MigrateAction {
     Down,
     /// List the migrations and whether each is applied.
     Status,
+}
+
+/// A component's name, as the report's JSON keys it.
+fn parse_component(name: &str) -> Result<overseer_core::report::Component, String> {
+    name.parse()
 }

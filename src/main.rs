@@ -78,10 +78,17 @@ async fn run(command: Command, config: Config) -> anyhow::Result<Outcome> {
         Command::Migrate { action } => migrate(action.unwrap_or(MigrateAction::Up), &config)
             .await
             .map(|()| Outcome::Healthy),
-        Command::Health { url, json, cacert } => {
+        Command::Health {
+            url,
+            json,
+            cacert,
+            components,
+        } => {
             let url = url.unwrap_or_else(|| probe::default_url(&config));
-            tokio::task::spawn_blocking(move || probe::health(&url, json, cacert.as_deref()))
-                .await?
+            tokio::task::spawn_blocking(move || {
+                probe::health(&url, json, cacert.as_deref(), &components)
+            })
+            .await?
         }
         Command::Jobs {
             action:

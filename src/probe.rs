@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use chrono::Utc;
-use overseer_core::report::{Thresholds, is_alive};
+use overseer_core::report::{Component, Thresholds, is_alive};
 use overseer_core::storage;
 use serde_json::Value;
 
@@ -42,11 +42,16 @@ pub fn default_url(config: &Config) -> String {
 }
 
 /// `overseer health`: prints the report (a table, or the JSON) and says whether
-/// anything is unhealthy.
+/// anything is unhealthy: any of `components`, or any component when none is named.
 ///
 /// An `https://` URL is verified against the system's roots, or only `cacert` (a
 /// PEM bundle) when given, host name included.
-pub fn health(url: &str, json: bool, cacert: Option<&Path>) -> anyhow::Result<Outcome> {
+pub fn health(
+    url: &str,
+    json: bool,
+    cacert: Option<&Path>,
+    components: &[Component],
+) -> anyhow::Result<Outcome> {
     let endpoint = format!("{}/api/v2/monitor/health", url.trim_end_matches('/'));
     let agent = agent(cacert)?;
     let body = match agent.get(&endpoint).timeout(HEALTH_TIMEOUT).call() {
@@ -66,16 +71,14 @@ pub fn health(url: &str, json: bool, cacert: Option<&Path>) -> anyhow::Result<Ou
     } else {
         print!("{}", table(&report));
     }
-    let components = [
-        "metadatabase",
-        "scheduler",
-        "triggerer",
-        "dag_processor",
-        "executor",
-    ];
-    let unhealthy = components
+    let judged = if components.is_empty() {
+        &Component::ALL[..]
+    } else {
+        components
+    };
+    let unhealthy = judged
         .iter()
-        .any(|c| report[c]["status"] == "unhealthy");
+        .any(|c| report[c.as_str()]["status"] == "unhealthy");
     Ok(if unhealthy {
         Outcome::Unhealthy
     } else {

@@ -2,6 +2,11 @@
 //! run command starts the service on the embedded SQLite default, the health
 //! endpoint answers, and Ctrl-C stops it cleanly. The test command is the one
 //! CI runs. So the README cannot drift from the truth.
+//!
+//! The run command is run word for word, on a free port given through the
+//! environment (`OVERSEER_API__BIND`), never on the README's 8080: a newcomer
+//! runs the tests while their own `serve` holds 8080, and CI does the same
+//! (`.ci/run` runs the test command beside the README's `serve`).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -59,10 +64,12 @@ fn the_readme_commands_work_on_a_fresh_clone() {
     // its own, as a terminal runs it.
     let target = std::env::var("CARGO_TARGET_DIR")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_owned());
+    let bind = format!("127.0.0.1:{}", overseer_testkit::throwaway::free_port());
     let mut child = Command::new("setsid")
         .args(run.split_whitespace())
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", target)
+        .env("OVERSEER_API__BIND", &bind)
         .env_remove("OVERSEER_CONFIG")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -71,7 +78,7 @@ fn the_readme_commands_work_on_a_fresh_clone() {
 
     let deadline = Instant::now() + START_DEADLINE;
     let body = loop {
-        if let Ok(response) = ureq::get("http://127.0.0.1:8080/api/v2/monitor/health")
+        if let Ok(response) = ureq::get(&format!("http://{bind}/api/v2/monitor/health"))
             .timeout(Duration::from_secs(5))
             .call()
         {
@@ -81,10 +88,7 @@ fn the_readme_commands_work_on_a_fresh_clone() {
             child.try_wait().unwrap().is_none(),
             "`{run}` ended before it served"
         );
-        assert!(
-            Instant::now() < deadline,
-            "`{run}` did not serve on 127.0.0.1:8080"
-        );
+        assert!(Instant::now() < deadline, "`{run}` did not serve on {bind}");
         std::thread::sleep(Duration::from_millis(500));
     };
     let report: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -165,3 +165,77 @@ async fn health_prints_the_report_and_exits_1_while_anything_is_unhealthy() {
         out.stderr
     );
 }
+
+/// A probe of the executors alone, with no Airflow scheduler writing to the
+/// database (the embedded default): `--component executor` and
+/// `?strict=true&component=executor` judge the executor entry only.
+#[tokio::test]
+async fn an_executor_probe_judges_the_executors_alone() {
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    let ok = dir.path().join("ok");
+    std::fs::write(&ok, "").unwrap();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            "[supervisor]\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\npoll_interval = \"200ms\"\npoll_timeout = \"150ms\"\n\n[[executors]]\nname = \"LocalExecutor\"\ncheck_command = [\"test\", \"-e\", \"{}\"]\n",
+            ok.display()
+        ),
+    )
+    .unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    let base = serving.url("");
+    let health = |extra: &[&str]| {
+        run(overseer(dir.path())
+            .args(["health", "--url", &base])
+            .args(extra))
+    };
+    let until = |extra: &[&str], code: i32| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = health(extra);
+            if out.code == Some(code) || std::time::Instant::now() > deadline {
+                return out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let status =
+        |query: &str| support::get(&serving.url(&format!("/api/v2/monitor/health{query}"))).0;
+
+    // The executor is healthy; no scheduler ever ran, so the whole report is not.
+    let out = until(&["--component", "executor"], 0);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(health(&[]).code, Some(1));
+    assert_eq!(health(&["--component", "scheduler"]).code, Some(1));
+    assert_eq!(
+        health(&["--component", "executor", "--component", "metadatabase"]).code,
+        Some(0)
+    );
+    assert_eq!(status("?strict=true&component=executor"), 200);
+    assert_eq!(status("?strict=true"), 503);
+    assert_eq!(
+        status("?strict=true&component=executor&component=scheduler"),
+        503
+    );
+
+    // The probe fails: now the executor probe fails too.
+    std::fs::remove_file(&ok).unwrap();
+    let out = until(&["--component", "executor"], 1);
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert_eq!(status("?strict=true&component=executor"), 503);
+
+    // A name that is not a component is refused, naming the choices.
+    let out = health(&["--component", "webserver"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "unknown component \"webserver\" (expected one of: metadatabase, scheduler, triggerer, dag_processor, executor)"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+}

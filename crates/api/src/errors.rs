@@ -66,6 +66,15 @@ pub fn stream_at_capacity(max_stream_clients: usize) -> HttpResponse {
     response
 }
 
+/// A query string that parses but names something that does not exist
+/// (`?component=webserver`).
+pub fn invalid_query(problem: &str) -> HttpResponse {
+    json(
+        StatusCode::BAD_REQUEST,
+        format!("invalid query string: {problem}"),
+    )
+}
+
 /// A query string that does not parse (`?strict=maybe`).
 pub fn bad_query(err: error::QueryPayloadError, _: &HttpRequest) -> error::Error {
     let response = json(

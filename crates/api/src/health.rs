@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::http::StatusCode;
 use actix_web::web::{Bytes, Data, Query};
-use actix_web::{HttpResponse, http::header};
+use actix_web::{HttpRequest, HttpResponse, http::header};
+use overseer_core::report::Component;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -21,6 +22,30 @@ pub struct HealthQuery {
     #[serde(default)]
     #[param(required = false)]
     pub strict: bool,
+    /// With `strict`, judge only these components (repeat the key for
+    /// several: `?strict=true&component=executor`), so that a probe of the
+    /// executors is not failed by a scheduler that does not run here. The
+    /// body is the whole report either way.
+    #[serde(default, skip_deserializing)]
+    #[param(required = false, explode, style = Form)]
+    pub component: Option<Vec<Component>>,
+}
+
+/// The components `?component=` names (every one when none), or why not.
+fn components(query_string: &str) -> Result<Vec<Component>, String> {
+    let pairs = Query::<Vec<(String, String)>>::from_query(query_string)
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let named: Vec<Component> = pairs
+        .into_iter()
+        .filter(|(key, _)| key == "component")
+        .map(|(_, value)| value.parse())
+        .collect::<Result<_, _>>()?;
+    Ok(if named.is_empty() {
+        Component::ALL.to_vec()
+    } else {
+        named
+    })
 }
 
 /// The health of Airflow's components and of every supervised executor.
@@ -31,13 +56,21 @@ pub struct HealthQuery {
     params(HealthQuery),
     responses(
         (status = 200, description = "The report (always, unless strict)", body = overseer_core::HealthReport),
-        (status = 503, description = "strict=true and some component is unhealthy", body = overseer_core::HealthReport),
+        (status = 503, description = "strict=true and some component (of those named by component, when given) is unhealthy", body = overseer_core::HealthReport),
         (status = 400, description = "A malformed query string", body = crate::errors::ErrorBody),
     )
 )]
-pub async fn health(state: Data<ApiState>, query: Query<HealthQuery>) -> HttpResponse {
+pub async fn health(
+    state: Data<ApiState>,
+    query: Query<HealthQuery>,
+    request: HttpRequest,
+) -> HttpResponse {
+    let judged = match components(request.query_string()) {
+        Ok(judged) => judged,
+        Err(problem) => return errors::invalid_query(&problem),
+    };
     let report = state.reports.borrow().clone();
-    let status = if query.strict && report.any_unhealthy() {
+    let status = if query.strict && report.unhealthy_among(&judged) {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

@@ -149,6 +149,57 @@ impl DetailedStatus {
     }
 }
 
+/// One top-level entry of the report, by its key: what a probe may judge alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Component {
+    Metadatabase,
+    Scheduler,
+    Triggerer,
+    DagProcessor,
+    Executor,
+}
+
+impl Component {
+    /// Every entry, in the report's order.
+    pub const ALL: [Component; 5] = [
+        Self::Metadatabase,
+        Self::Scheduler,
+        Self::Triggerer,
+        Self::DagProcessor,
+        Self::Executor,
+    ];
+
+    /// The entry's key in the JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Metadatabase => "metadatabase",
+            Self::Scheduler => "scheduler",
+            Self::Triggerer => "triggerer",
+            Self::DagProcessor => "dag_processor",
+            Self::Executor => "executor",
+        }
+    }
+}
+
+impl std::str::FromStr for Component {
+    type Err = String;
+
+    /// A key of the report; the error lists the keys.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                let keys: Vec<&str> = Self::ALL.iter().map(|c| c.as_str()).collect();
+                format!(
+                    "unknown component {s:?} (expected one of: {})",
+                    keys.join(", ")
+                )
+            })
+    }
+}
+
 /// `metadatabase`: whether the Jobs table could be read. (In Rust the report
 /// holds the `Status` alone; this is the object the JSON wraps it in.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -503,17 +554,27 @@ impl HealthReport {
 
     /// True when any component says `unhealthy` (`null` does not count).
     pub fn any_unhealthy(&self) -> bool {
-        self.metadatabase == Status::Unhealthy
-            || [
-                self.scheduler.status,
-                self.triggerer.status,
-                self.dag_processor.status,
-            ]
-            .contains(&Some(Status::Unhealthy))
-            || self
-                .executor
-                .as_ref()
-                .is_some_and(|e| e.status == Status::Unhealthy)
+        self.unhealthy_among(&Component::ALL)
+    }
+
+    /// True when one of `components` says `unhealthy` (`null`, and an absent
+    /// `executor` entry, do not count): what a probe that judges only those
+    /// asks (`?strict=true&component=executor`).
+    pub fn unhealthy_among(&self, components: &[Component]) -> bool {
+        components
+            .iter()
+            .any(|component| self.status_of(*component) == Some(Status::Unhealthy))
+    }
+
+    /// A component's `status`, as the JSON writes it (`None`: `null`, or no entry).
+    pub fn status_of(&self, component: Component) -> Option<Status> {
+        match component {
+            Component::Metadatabase => Some(self.metadatabase),
+            Component::Scheduler => self.scheduler.status,
+            Component::Triggerer => self.triggerer.status,
+            Component::DagProcessor => self.dag_processor.status,
+            Component::Executor => self.executor.as_ref().map(|e| e.status),
+        }
     }
 }
 

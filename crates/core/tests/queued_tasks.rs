@@ -370,11 +370,24 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
             ],
         )
         .await;
+        let kube_queued = |r: &HealthReport| {
+            r.executor
+                .as_ref()?
+                .instances
+                .iter()
+                .find(|i| i.executor.as_deref() == Some("KubernetesExecutor"))?
+                .detail
+                .as_ref()?
+                .queued_tasks
+                .as_ref()
+                .map(|q| q.count)
+        };
+        // Each executor takes its share of a read at its own poll: wait for both.
         let report = report_until(&overseer, "a stuck task instance", |r| {
             matches!(
                 verdict_of(r, "LocalExecutor"),
                 Some(ExecutorHealth::Unhealthy { .. })
-            )
+            ) && kube_queued(r) == Some(1)
         })
         .await;
         let ExecutorHealth::Unhealthy { reason } = verdict_of(&report, "LocalExecutor").unwrap()
