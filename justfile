@@ -9,18 +9,20 @@ run *ARGS:
 test *ARGS:
     cargo nextest run --workspace {{ARGS}}
 
-# Overseer beside a real Airflow 3.3.2 (CeleryExecutor, Redis, Postgres). The first run builds the
-# venv in ~/.cache/overseer/airflow-3.3.2-venv (minutes: pip resolves Airflow); later runs reuse it.
+# The first run builds the Airflow venv in ~/.cache/overseer (minutes); later runs reuse it.
+
+# Overseer beside a real Airflow 3.3.2 (CeleryExecutor, Redis, Postgres), phase by phase.
 interop-airflow:
-    cargo nextest run -p overseer --test interop_airflow --no-capture
+    cargo nextest run --workspace -E 'binary(interop_airflow)' --no-capture
 
 # Formatting and clippy, as CI checks them.
 lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# Run every benchmark side by side (release; installs wrk if missing): prints the tables and
-# rewrites BENCHMARKS.md and docs/bench/*.svg. `just bench --smoke` / `--only scale,http` write to a temp folder.
+# `just bench --smoke` or `--only scale,http` write to a temporary folder instead.
+
+# Run every benchmark (release; installs wrk if missing) and rewrite BENCHMARKS.md and docs/bench.
 bench *ARGS:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cargo run --release -p overseer-bench -- {{ARGS}}
