@@ -310,6 +310,7 @@ async fn metrics_expose_verdicts_and_counters_in_prometheus_format() {
         r#"overseer_poll_timeouts_total{executor="LocalExecutor",instance=""} 0"#,
         r#"overseer_check_panics_total{executor="LocalExecutor",instance=""} 0"#,
         r#"overseer_executor_restarts_total{executor="LocalExecutor",instance=""} 0"#,
+        r#"overseer_check_stalls_total{executor="LocalExecutor",instance=""} 0"#,
         "overseer_db_flush_failures_total 0",
         r#"overseer_component_healthy{component="scheduler"} 1"#,
         "# TYPE overseer_report_age_seconds gauge",

@@ -156,7 +156,7 @@ impl Metrics {
                 ("instance", identity.instance.clone().unwrap_or_default()),
             ]
         };
-        let counters: [(&str, &str, CounterField); 6] = [
+        let counters: [(&str, &str, CounterField); 7] = [
             ("overseer_polls_total", "Health checks asked for.", |s| {
                 &s.polls
             }),
@@ -184,6 +184,11 @@ impl Metrics {
                 "overseer_executor_restarts_total",
                 "Executor actors restarted.",
                 |s| &s.restarts,
+            ),
+            (
+                "overseer_check_stalls_total",
+                "Async health checks found blocking their thread; each runs on threads of its own from then on.",
+                |s| &s.stalls,
             ),
         ];
         for (name, help, field) in counters {
