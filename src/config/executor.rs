@@ -19,11 +19,19 @@ pub struct ExecutorName {
     pub class: String,
 }
 
+/// Providers' executors Overseer knows by their short name too, beside
+/// Airflow's [`CORE_EXECUTORS`] (Airflow 3.3.2 itself loads them only by module
+/// path, `airflow.providers.edge3.executors.EdgeExecutor`).
+pub const PROVIDER_EXECUTORS: [&str; 1] = ["EdgeExecutor"];
+
 /// Which health check an executor gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutorKind {
     /// `CeleryExecutor`: the broker is the instance, and it is checked.
     Celery,
+    /// `EdgeExecutor` (`apache-airflow-providers-edge3`): its workers and jobs
+    /// are read from Airflow's database, the edge fleet is the instance.
+    Edge,
     /// Any other executor: checked by its `check_command` or `check_url` when it
     /// has one, else its verdict stays `unknown`.
     Unchecked,
@@ -31,13 +39,13 @@ pub enum ExecutorKind {
 
 impl ExecutorName {
     /// The check this executor gets, from its class (a module path ending in
-    /// `.CeleryExecutor` is Celery too).
+    /// `.CeleryExecutor` is Celery too, one ending in `.EdgeExecutor` Edge).
     pub fn kind(&self) -> ExecutorKind {
         let class_name = self.class.rsplit('.').next().unwrap_or(&self.class);
-        if class_name == "CeleryExecutor" {
-            ExecutorKind::Celery
-        } else {
-            ExecutorKind::Unchecked
+        match class_name {
+            "CeleryExecutor" => ExecutorKind::Celery,
+            "EdgeExecutor" => ExecutorKind::Edge,
+            _ => ExecutorKind::Unchecked,
         }
     }
 }
@@ -66,7 +74,10 @@ impl FromStr for ExecutorName {
             return Err(format!("executor {entry:?} has a space in its class name"));
         }
         let is_module_path = class.contains('.') && class.split('.').all(|part| !part.is_empty());
-        if !is_module_path && !CORE_EXECUTORS.contains(&class) {
+        if !is_module_path
+            && !CORE_EXECUTORS.contains(&class)
+            && !PROVIDER_EXECUTORS.contains(&class)
+        {
             return Err(format!(
                 "unknown executor {class:?}: expected one of {} or a module path such as my.module.MyExecutor",
                 CORE_EXECUTORS.join(", ")
@@ -115,6 +126,18 @@ mod tests {
                 .parse()
                 .unwrap();
         assert_eq!(provider.kind(), ExecutorKind::Celery);
+
+        for edge in [
+            "EdgeExecutor",
+            "edge:EdgeExecutor",
+            "airflow.providers.edge3.executors.EdgeExecutor",
+            "airflow.providers.edge3.executors.edge_executor.EdgeExecutor",
+            "remote:airflow.providers.edge3.executors.EdgeExecutor",
+        ] {
+            let parsed: ExecutorName = edge.parse().unwrap();
+            assert_eq!(parsed.kind(), ExecutorKind::Edge, "{edge}");
+            assert_eq!(parsed.to_string(), edge);
+        }
 
         let custom: ExecutorName = "team:my.company.BatchExecutor".parse().unwrap();
         assert_eq!(custom.kind(), ExecutorKind::Unchecked);

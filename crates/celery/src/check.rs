@@ -359,7 +359,12 @@ impl CeleryCheck {
         WorkerPing {
             answered: answered
                 .into_iter()
-                .map(|(name, queues)| WorkerDetail { name, queues })
+                .map(|(name, queues)| WorkerDetail {
+                    name,
+                    queues,
+                    state: None,
+                    free_concurrency: None,
+                })
                 .collect(),
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             errors,
@@ -474,6 +479,8 @@ mod tests {
         WorkerDetail {
             name: name.into(),
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+            state: None,
+            free_concurrency: None,
         }
     }
 

@@ -162,6 +162,8 @@ mod tests {
         let worker = WorkerDetail {
             name: "celery@a".into(),
             queues: Some(vec!["gpu".into()]),
+            state: None,
+            free_concurrency: None,
         };
         let brokers = vec![
             report("redis://a:6379/0", BrokerStatus::Answered, vec![depth]),

@@ -116,6 +116,8 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
             .map(|(name, queues)| WorkerDetail {
                 name,
                 queues: queue_names(&queues),
+                state: None,
+                free_concurrency: None,
             })
             .collect(),
         _ => vec![WorkerDetail {
@@ -124,6 +126,8 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
                 content_type.unwrap_or("no content type")
             ),
             queues: None,
+            state: None,
+            free_concurrency: None,
         }],
     }
 }
@@ -149,6 +153,8 @@ mod tests {
         let worker = |name: &str, queues: Option<&[&str]>| WorkerDetail {
             name: name.into(),
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+            state: None,
+            free_concurrency: None,
         };
         assert_eq!(
             answers(body, Some("application/json")),

@@ -33,7 +33,8 @@ pub(crate) fn verdict(
                 _ => None,
             })
             .collect();
-        return (ExecutorHealth::Unknown, Some(unchecked.join("; ")));
+        let why = unchecked.join("; ");
+        return (ExecutorHealth::unknown(why.clone()), Some(why));
     }
     if !answered {
         return (

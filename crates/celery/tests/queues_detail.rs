@@ -87,6 +87,8 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
         workers: Some(vec![WorkerDetail {
             name: worker.node.clone(),
             queues: Some(vec![names.consumed.clone()]),
+            state: None,
+            free_concurrency: None,
         }]),
         queued_tasks: None,
     }

@@ -356,7 +356,11 @@ async fn a_transport_without_a_check_is_unknown_and_says_which() {
     ] {
         let check =
             CeleryCheck::new(&BrokerUrl::parse(url).unwrap(), CheckSettings::default()).unwrap();
-        assert_eq!(check.get_health().await, ExecutorHealth::Unknown, "{url}");
+        assert_eq!(
+            check.get_health().await,
+            ExecutorHealth::unknown(reason),
+            "{url}"
+        );
         assert_eq!(
             check.latest().unwrap().reason.as_deref(),
             Some(reason),

@@ -298,11 +298,15 @@ impl CommandCheck {
                     said = said().as_deref().unwrap_or(""),
                     "check command exited with neither 0 nor 1: unknown"
                 );
-                ExecutorHealth::Unknown
+                ExecutorHealth::unknown(format!(
+                    "check command {program} exited with {code} (neither 0, healthy, nor 1, unhealthy)"
+                ))
             }
             None => {
                 tracing::debug!(%program, %status, "check command ended by a signal: unknown");
-                ExecutorHealth::Unknown
+                ExecutorHealth::unknown(format!(
+                    "check command {program} was ended by a signal ({status})"
+                ))
             }
         }
     }

@@ -1,7 +1,9 @@
 //! # overseer-checks
 //!
 //! Health checks for any executor, as Consul and Kubernetes offer them: a command
-//! Overseer runs ([`CommandCheck`]) and a URL it asks ([`HttpCheck`]). They cover
+//! Overseer runs ([`CommandCheck`]) and a URL it asks ([`HttpCheck`]); and the
+//! check of Airflow's EdgeExecutor, which keeps everything it knows in Airflow's
+//! own database ([`EdgeCheck`]). The first two cover
 //! every executor that has no check of its own (the AWS executors for ECS, Batch
 //! and Lambda, custom executors, KubernetesExecutor until its own check lands):
 //! whatever has a health probe can be supervised. The composition root picks one
@@ -12,10 +14,12 @@
 //! | --- | --- | --- | --- | --- |
 //! | command | exit 0 | exit 1 (its first line of output); not found; timed out | any other exit, or death by a signal the check did not send | the program, without its arguments |
 //! | HTTP `GET` | 2xx | any other status (the status line); refused, timed out, no such host | `https://`, until a TLS backend is chosen | the URL without its query, redacted |
+//! | Edge | a connected worker takes jobs from every queue where jobs wait | no worker connected while jobs wait; a queue with waiting jobs no connected worker serves; every worker `unknown`/`offline`; the database unreadable | no `edge_worker` table | `edge_worker@host:port/db` |
 //!
 //! Each answers within its own deadline, a little inside the supervisor's
 //! `poll_timeout` (`budget`), so the verdict carries the real reason rather
-//! than the supervisor's `no reply within 5s`. This crate knows no executor kind.
+//! than the supervisor's `no reply within 5s`. Only the Edge check knows its
+//! executor kind, from the tables it reads.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -35,6 +39,8 @@
 //! - [`command`]: [`CommandCheck`], a program run without a shell, its exit code
 //!   the verdict; killed with its whole process group at the deadline, and reaped.
 //! - [`http`]: [`HttpCheck`], a blocking `GET` (ureq), its status the verdict.
+//! - [`edge`]: [`EdgeCheck`], the `edge_worker` and `edge_job` rows read (sea-orm),
+//!   judged by one pure function ([`edge::judge`]).
 //! - `budget`: the deadline a check gives itself inside `poll_timeout`.
 //! - `reason`: a line of someone else's text made fit for a verdict's reason:
 //!   one line, bounded, no credential.
@@ -45,10 +51,12 @@
 
 mod budget;
 pub mod command;
+pub mod edge;
 pub mod error;
 pub mod http;
 mod reason;
 
 pub use command::CommandCheck;
+pub use edge::EdgeCheck;
 pub use error::{Error, Result};
 pub use http::HttpCheck;

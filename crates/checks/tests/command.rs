@@ -172,14 +172,23 @@ async fn exit_1_in_silence_says_so() {
 #[tokio::test]
 async fn any_other_exit_is_unknown() {
     for code in [2, 3, 42, 127, 255] {
-        assert_eq!(
-            run_script(&format!("echo 'not sure'\nexit {code}")).await,
-            ExecutorHealth::Unknown,
-            "exit {code}"
+        let verdict = run_script(&format!("echo 'not sure'\nexit {code}"))
+            .await
+            .to_string();
+        assert!(
+            verdict.starts_with("unknown: check command /")
+                && verdict.ends_with(&format!(
+                    "/probe exited with {code} (neither 0, healthy, nor 1, unhealthy)"
+                )),
+            "exit {code}: {verdict}"
         );
     }
     // Ended by a signal it was not sent by the check.
-    assert_eq!(run_script("kill -KILL $$").await, ExecutorHealth::Unknown);
+    let killed = run_script("kill -KILL $$").await;
+    assert!(
+        killed.to_string().contains("/probe was ended by a signal"),
+        "{killed}"
+    );
 }
 
 #[tokio::test]

@@ -48,6 +48,7 @@ impl Observation {
             for worker in detail.workers.iter_mut().flatten() {
                 scrub(&mut worker.name);
                 worker.queues.iter_mut().flatten().for_each(scrub);
+                worker.state.iter_mut().for_each(scrub);
             }
             detail
         });
@@ -105,14 +106,21 @@ pub struct QueueDetail {
     pub consumers: Option<u32>,
 }
 
-/// One worker that answered the ping.
+/// One worker: a Celery worker that answered the ping, or an Edge worker
+/// registered in Airflow's `edge_worker` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct WorkerDetail {
-    /// Its node name (`celery@host-a`).
+    /// Its name (`celery@host-a`, an Edge worker's `worker_name`).
     pub name: String,
     /// The queues it consumes, as it answered `active_queues`; `null` when it
-    /// did not say.
+    /// did not say (an Edge worker without queues: it takes every queue).
     pub queues: Option<Vec<String>>,
+    /// Its state as its executor records it (an Edge worker's `idle`,
+    /// `running`, `unknown`, `offline`, `maintenance mode`, ...); `null` when
+    /// the executor keeps none (Celery).
+    pub state: Option<String>,
+    /// The task slots it has free, as it last reported; `null` when not known.
+    pub free_concurrency: Option<u32>,
 }
 
 /// Task instances in state `queued` for one executor.

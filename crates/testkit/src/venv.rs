@@ -15,22 +15,27 @@ pub const CELERY: &str = "celery[redis]==5.5.3";
 /// (the provider cannot load 5.6+) with its Redis client, and the `postgres`
 /// extra (Airflow 3 opens its metadatabase with two drivers, psycopg2 and, for
 /// its async sessions, asyncpg, and fails at import without the latter).
+/// The Edge provider is pinned to the version pip resolves beside Airflow 3.3.2
+/// (5.1.0): the Edge check reads its tables, whose columns moved between releases.
 /// Airflow's constraint files live on GitHub, which these machines cannot
 /// reach: pip resolves alone, and only what must be pinned is.
-pub const AIRFLOW: [&str; 4] = [
+pub const AIRFLOW: [&str; 5] = [
     "apache-airflow[postgres]==3.3.2",
     "apache-airflow-providers-celery",
+    "apache-airflow-providers-edge3==5.1.0",
     "celery[redis]<5.6",
     "psycopg2-binary",
 ];
 
-/// Run in a new Airflow venv before it counts as built: the provider must load
-/// with the Celery pip resolved, or nothing the interop test does works.
+/// Run in a new Airflow venv before it counts as built: the providers must load
+/// (Celery's with the Celery pip resolved, and the Edge executor), or nothing the
+/// interop tests do works.
 const AIRFLOW_CHECK: &str = "\
 import asyncpg, celery, psycopg2  # noqa: F401
 from importlib.metadata import version
 from airflow.providers.celery.executors.celery_executor import CeleryExecutor  # noqa: F401
-print(', '.join(f'{p} {version(p)}' for p in ('apache-airflow', 'apache-airflow-providers-celery', 'celery', 'kombu', 'redis', 'sqlalchemy')))
+from airflow.providers.edge3.executors import EdgeExecutor  # noqa: F401
+print(', '.join(f'{p} {version(p)}' for p in ('apache-airflow', 'apache-airflow-providers-celery', 'apache-airflow-providers-edge3', 'celery', 'kombu', 'redis', 'sqlalchemy')))
 ";
 
 /// How long building a venv may take (pip on 2 cores: Airflow takes minutes), or

@@ -240,6 +240,8 @@ mod tests {
             Some(vec![WorkerDetail {
                 name: "celery@a".into(),
                 queues: Some(vec!["default".into()]),
+                state: None,
+                free_concurrency: None,
             }])
         );
         assert_eq!(answer(raw.as_bytes(), "t-2"), None);

@@ -1,0 +1,361 @@
+//! The rules of `edge`, as tables: what the rows say, and the verdict,
+//! reason and detail they give.
+
+use super::*;
+
+const INSTANCE: &str = "edge_worker@db:5432/airflow";
+
+/// A worker: its name, state, queues (`None`: every queue), free slots.
+fn worker(name: &str, state: &str, queues: Option<&[&str]>, free: Option<u32>) -> EdgeWorker {
+    EdgeWorker {
+        name: name.into(),
+        state: state.into(),
+        queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+        free_concurrency: free,
+        status: Some(20),
+        status_text: None,
+    }
+}
+
+fn fleet(workers: Vec<EdgeWorker>, waiting: &[(&str, u64)]) -> Fleet {
+    Fleet {
+        workers,
+        waiting: waiting.iter().map(|(q, n)| (q.to_string(), *n)).collect(),
+    }
+}
+
+/// A worker of the detail: name, state, free slots, how many queues.
+type WorkerSeen<'a> = (&'a str, Option<&'a str>, Option<u32>, Option<usize>);
+
+fn unhealthy(reason: &str) -> ExecutorHealth {
+    ExecutorHealth::unhealthy(reason)
+}
+
+#[test]
+fn the_verdict_follows_the_module_s_table() {
+    let default = Some(&["default"][..]);
+    let gpu = Some(&["gpu"][..]);
+    let cases: Vec<(&str, Fleet, ExecutorHealth)> = vec![
+        (
+            "an idle worker, nothing waiting",
+            fleet(vec![worker("w1", "idle", default, Some(8))], &[]),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "a running worker serving the queue where jobs wait",
+            fleet(
+                vec![worker("w1", "running", default, Some(0))],
+                &[("default", 4)],
+            ),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "a worker without queues serves every queue",
+            fleet(vec![worker("w1", "idle", None, Some(8))], &[("gpu", 1)]),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "no worker and nothing waiting: a fleet scaled to zero",
+            fleet(vec![], &[]),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "no worker while jobs wait",
+            fleet(vec![], &[("default", 2), ("gpu", 1)]),
+            unhealthy("no edge worker is connected while 3 jobs wait (default: 2, gpu: 1)"),
+        ),
+        (
+            "every worker unknown or offline, nothing waiting",
+            fleet(
+                vec![
+                    worker("w1", "unknown", default, None),
+                    worker("w2", "offline", default, None),
+                ],
+                &[],
+            ),
+            unhealthy("every edge worker is unknown or offline (w1: unknown, w2: offline)"),
+        ),
+        (
+            "every worker offline while a job waits",
+            fleet(
+                vec![worker("w1", "offline maintenance", default, None)],
+                &[("default", 1)],
+            ),
+            unhealthy(
+                "every edge worker is unknown or offline (w1: offline maintenance) while 1 job waits (default: 1)",
+            ),
+        ),
+        (
+            "a queue no connected worker serves",
+            fleet(
+                vec![
+                    worker("w1", "idle", default, Some(8)),
+                    worker("w2", "offline", gpu, None),
+                ],
+                &[("default", 1), ("gpu", 1)],
+            ),
+            unhealthy("queue gpu: 1 job waiting and no connected edge worker serves it"),
+        ),
+        (
+            "a queue whose only worker is in maintenance",
+            fleet(
+                vec![
+                    worker("w1", "idle", default, Some(8)),
+                    worker("w2", "maintenance mode", gpu, Some(4)),
+                ],
+                &[("gpu", 2)],
+            ),
+            unhealthy(
+                "queue gpu: 2 jobs waiting and its edge workers take no jobs (w2: maintenance mode)",
+            ),
+        ),
+        (
+            "a worker stopping, another taking the queue",
+            fleet(
+                vec![
+                    worker("w1", "terminating", default, Some(0)),
+                    worker("w2", "running", default, Some(1)),
+                ],
+                &[("default", 5)],
+            ),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "a worker lost while another serves: healthy (no reason to carry)",
+            fleet(
+                vec![
+                    worker("w1", "idle", default, Some(8)),
+                    worker("w2", "unknown", default, None),
+                ],
+                &[("default", 1)],
+            ),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "a lost worker is named beside an unserved queue",
+            fleet(
+                vec![
+                    worker("w1", "idle", default, Some(8)),
+                    worker("w2", "unknown", gpu, None),
+                ],
+                &[("gpu", 3)],
+            ),
+            unhealthy(
+                "queue gpu: 3 jobs waiting and no connected edge worker serves it; \
+                 no heartbeat for 5 heartbeats from edge worker w2",
+            ),
+        ),
+        (
+            "a state this check does not know counts as connected and taking jobs",
+            fleet(
+                vec![worker("w1", "sleeping", default, None)],
+                &[("default", 1)],
+            ),
+            ExecutorHealth::Healthy,
+        ),
+        (
+            "empty queues are never findings",
+            fleet(vec![worker("w1", "idle", default, Some(8))], &[("gpu", 0)]),
+            ExecutorHealth::Healthy,
+        ),
+    ];
+    for (case, fleet, expected) in cases {
+        let observed = judge(&fleet, &["default".into()], INSTANCE);
+        assert_eq!(observed.health, expected, "{case}");
+    }
+}
+
+#[test]
+fn workers_reporting_a_warning_are_named_in_an_unhealthy_reason() {
+    let mut warned = worker("w1", "idle", Some(&["default"]), Some(8));
+    warned.status = Some(30);
+    warned.status_text = Some("Healthy but version mismatch".into());
+    let mut failing = worker("w2", "maintenance mode", Some(&["gpu"]), Some(8));
+    failing.status = Some(40);
+    let observed = judge(
+        &fleet(vec![warned.clone(), failing], &[("gpu", 1)]),
+        &[],
+        INSTANCE,
+    );
+    assert_eq!(
+        observed.health,
+        unhealthy(
+            "queue gpu: 1 job waiting and its edge workers take no jobs (w2: maintenance mode); \
+             edge worker w1 reports warning: Healthy but version mismatch; \
+             edge worker w2 reports error"
+        )
+    );
+    // Healthy otherwise: the verdict has no reason to carry the warning.
+    let observed = judge(&fleet(vec![warned], &[]), &[], INSTANCE);
+    assert_eq!(observed.health, ExecutorHealth::Healthy);
+}
+
+#[test]
+fn long_lists_of_workers_are_cut() {
+    let workers = (1..=7)
+        .map(|i| worker(&format!("w{i}"), "unknown", None, None))
+        .collect();
+    let observed = judge(&fleet(workers, &[]), &[], INSTANCE);
+    assert_eq!(
+        observed.health,
+        unhealthy(
+            "every edge worker is unknown or offline (w1: unknown, w2: unknown, w3: unknown, \
+             w4: unknown, w5: unknown, and 2 more)"
+        )
+    );
+}
+
+#[test]
+fn the_detail_lists_queues_with_waiting_jobs_and_every_worker_by_state() {
+    let observed = judge(
+        &fleet(
+            vec![
+                worker("w1", "idle", Some(&["default", "reports"]), Some(8)),
+                worker("w2", "maintenance mode", Some(&["gpu"]), Some(4)),
+                worker("w3", "unknown", Some(&["lost"]), None),
+                worker("w4", "running", None, Some(0)),
+            ],
+            &[("default", 2), ("gpu", 1)],
+        ),
+        &["default".into(), "configured".into()],
+        INSTANCE,
+    );
+    let detail = observed.detail.expect("a detail");
+    let queues: Vec<(&str, Option<u64>, Option<u32>)> = detail
+        .queues
+        .iter()
+        .map(|q| (q.name.as_str(), q.depth, q.consumers))
+        .collect();
+    // w4 (no queues) takes every queue; w2 is paused; w3's queue is not listed,
+    // as w3 is not connected.
+    assert_eq!(
+        queues,
+        [
+            ("configured", Some(0), Some(1)),
+            ("default", Some(2), Some(2)),
+            ("gpu", Some(1), Some(1)),
+            ("reports", Some(0), Some(2)),
+        ]
+    );
+    assert!(detail.queues.iter().all(|q| q.broker == INSTANCE));
+    let workers: Vec<WorkerSeen> = detail
+        .workers
+        .as_ref()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            (
+                w.name.as_str(),
+                w.state.as_deref(),
+                w.free_concurrency,
+                w.queues.as_ref().map(Vec::len),
+            )
+        })
+        .collect();
+    assert_eq!(
+        workers,
+        [
+            ("w1", Some("idle"), Some(8), Some(2)),
+            ("w2", Some("maintenance mode"), Some(4), Some(1)),
+            ("w3", Some("unknown"), None, Some(1)),
+            ("w4", Some("running"), Some(0), None),
+        ]
+    );
+    assert_eq!(detail.queued_tasks, None, "the executor's actor fills it");
+}
+
+#[test]
+fn rows_parse_as_both_schemas_of_the_provider_write_them() {
+    for (case, queues, sysinfo, expected) in [
+        (
+            "3.5.0 and later: sysinfo a JSON column, with a status",
+            Some("['default', 'gpu']"),
+            Some(
+                r#"{"status": 20, "airflow_version": "3.3.2", "edge_provider_version": "5.1.0", "concurrency": 8, "free_concurrency": 7}"#,
+            ),
+            (Some(vec!["default", "gpu"]), Some(7), Some(20), None),
+        ),
+        (
+            "before 3.5.0: sysinfo a JSON string, no status",
+            Some("['default']"),
+            Some(
+                r#"{"airflow_version": "3.0.2", "edge_provider_version": "1.1.0", "concurrency": 8, "free_concurrency": 8}"#,
+            ),
+            (Some(vec!["default"]), Some(8), None, None),
+        ),
+        (
+            "a warning with its text",
+            Some("[\"it's\", 'b\\'c']"),
+            Some(r#"{"status": 30, "status_text": "Healthy but version mismatch"}"#),
+            (
+                Some(vec!["it's", "b'c"]),
+                None,
+                Some(30),
+                Some("Healthy but version mismatch"),
+            ),
+        ),
+        (
+            "no queues, no sysinfo",
+            None,
+            None,
+            (None, None, None, None),
+        ),
+        (
+            "an empty list: every queue",
+            Some("[]"),
+            Some("not json"),
+            (None, None, None, None),
+        ),
+        (
+            "after Airflow reset it: status NOTSET, free -1",
+            Some("None"),
+            Some(r#"{"status": 0, "free_concurrency": -1}"#),
+            (None, None, Some(0), None),
+        ),
+        (
+            "text that is no list is one queue",
+            Some("default"),
+            None,
+            (Some(vec!["default"]), None, None, None),
+        ),
+    ] {
+        let row = EdgeWorker::from_row("w".into(), "idle".into(), queues, sysinfo);
+        let got = (
+            row.queues.clone(),
+            row.free_concurrency,
+            row.status,
+            row.status_text.as_deref(),
+        );
+        let want = (
+            expected
+                .0
+                .map(|q| q.iter().map(|s| s.to_string()).collect()),
+            expected.1,
+            expected.2,
+            expected.3,
+        );
+        assert_eq!(got, want, "{case}");
+    }
+}
+
+#[test]
+fn the_instance_is_the_database_without_credentials() {
+    for (url, instance) in [
+        (
+            "postgres://airflow:s3cret@db:5432/airflow?sslmode=require",
+            "edge_worker@db:5432/airflow",
+        ),
+        (
+            "mysql://root@127.0.0.1:3306/airflow",
+            "edge_worker@127.0.0.1:3306/airflow",
+        ),
+        (
+            "sqlite:///var/lib/airflow/airflow.db?mode=rwc",
+            "edge_worker@/var/lib/airflow/airflow.db",
+        ),
+        ("sqlite://overseer.db?mode=rwc", "edge_worker@overseer.db"),
+        ("postgres://u:p%40ss@db/airflow", "edge_worker@db/airflow"),
+    ] {
+        assert_eq!(super::instance(&SecretUrl::new(url)), instance, "{url}");
+    }
+}
