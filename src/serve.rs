@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use overseer_api::ApiState;
+use overseer_api::dashboard::FrameAncestors;
 use overseer_core::actors::PollSettings;
+use overseer_core::secret::SecretUrl;
 use overseer_core::{Executor, Overseer, Settings};
 use overseer_migration::{Migrator, MigratorTrait};
 use tokio::sync::watch;
@@ -26,6 +28,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .local_addr()
         .context("while reading the bound address")?;
     crate::limits::widen_backlog(&listener);
+    // Who may frame the dashboard; loading checked that these are origins.
+    let frame_ancestors = FrameAncestors::new(&config.api.frame_ancestors)
+        .map_err(|problem| anyhow::anyhow!("api.frame_ancestors: {problem}"))?;
 
     if config.executors.is_empty() {
         tracing::warn!(
@@ -48,7 +53,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             config
                 .executors
                 .iter()
-                .map(|e| executor(e, config.supervisor.poll_timeout))
+                .map(|e| executor(e, url, config.supervisor.poll_timeout))
                 .collect::<anyhow::Result<Vec<_>>>()?,
         )
         .start()
@@ -58,7 +63,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let (stopping, stopping_rx) = watch::channel(false);
     let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
-    let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients);
+    let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients)
+        .with_frame_ancestors(frame_ancestors);
     let tls = tls_config(&config.api)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let server = overseer_api::server(state, listener, limits.max_connections, tls)
@@ -105,14 +111,24 @@ pub fn settings(config: &Config) -> Settings {
 /// One configured executor, with its check: `check_command` or `check_url` when
 /// the entry has one (any kind but Celery; the program, or the URL without its
 /// query, is the instance); else Celery's checks its broker (the broker, without
-/// credentials, is its instance); any other executor has no check and reports
-/// `unknown`.
-pub fn executor(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
-    Ok(check(config, poll_timeout)?.with_max_queued_age(config.max_queued_age))
+/// credentials, is its instance), and Edge's reads its workers and jobs from
+/// `database`, Airflow's metadata database (the edge fleet, named after that
+/// database without credentials, is its instance); any other executor has no
+/// check and reports `unknown`.
+pub fn executor(
+    config: &ExecutorConfig,
+    database: &SecretUrl,
+    poll_timeout: Duration,
+) -> anyhow::Result<Executor> {
+    Ok(check(config, database, poll_timeout)?.with_max_queued_age(config.max_queued_age))
 }
 
 /// The executor of [`executor`], with its check and nothing else.
-fn check(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Executor> {
+fn check(
+    config: &ExecutorConfig,
+    database: &SecretUrl,
+    poll_timeout: Duration,
+) -> anyhow::Result<Executor> {
     if let Some(argv) = &config.check_command {
         return overseer_checks::command::executor(&config.name, argv, poll_timeout)
             .with_context(|| format!("executor {}: check_command", config.name));
@@ -135,6 +151,12 @@ fn check(config: &ExecutorConfig, poll_timeout: Duration) -> anyhow::Result<Exec
             overseer_celery::executor_with(&config.name, broker, settings)
                 .with_context(|| format!("executor {}: broker_url", config.name))
         }
+        (ExecutorKind::Edge, _) => Ok(overseer_checks::edge::executor(
+            &config.name,
+            database,
+            &config.queues,
+            poll_timeout,
+        )),
         _ => Ok(Executor::unchecked(config.name.clone())),
     }
 }

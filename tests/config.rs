@@ -292,6 +292,15 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             env: &[("OVERSEER_API__MAX_STREAM_CLIENTS", "0")],
             line: "error: invalid configuration: api.max_stream_clients (from environment variable OVERSEER_API__MAX_STREAM_CLIENTS): must be at least 1",
         },
+        Case {
+            what: "a frame ancestor that is not an origin",
+            toml: None,
+            env: &[(
+                "OVERSEER_API__FRAME_ANCESTORS",
+                r#"["http://127.0.0.1:28080", "https://airflow.example.com/home"]"#,
+            )],
+            line: "error: invalid configuration: api.frame_ancestors (from environment variable OVERSEER_API__FRAME_ANCESTORS): \"https://airflow.example.com/home\" has a path, query or fragment, which an origin does not: expected scheme://host[:port], such as https://airflow.example.com",
+        },
     ];
 
     for case in cases {

@@ -120,6 +120,14 @@ pub struct ApiConfig {
     /// The private key (PEM) of `tls_cert`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
+    /// Origins (`scheme://host[:port]`) allowed to show the dashboard in a frame
+    /// besides its own: the Airflow UI's, whose navigation opens it through
+    /// Overseer's Airflow plugin (`integrations/airflow`). Empty, only the
+    /// dashboard's own origin may; the page's `Content-Security-Policy` says
+    /// `frame-ancestors 'self'` and these. Always shown, even empty, so that
+    /// `OVERSEER_API__FRAME_ANCESTORS` (a TOML array) names a known key.
+    #[serde(default)]
+    pub frame_ancestors: Vec<String>,
 }
 
 /// `[supervisor]`
@@ -332,6 +340,7 @@ impl Default for Config {
                 max_stream_clients: DEFAULT_MAX_STREAM_CLIENTS,
                 tls_cert: None,
                 tls_key: None,
+                frame_ancestors: Vec::new(),
             },
             // The actors' own defaults: declared once, in overseer-core.
             supervisor: SupervisorConfig {

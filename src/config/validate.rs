@@ -166,12 +166,14 @@ fn executor_threshold(config: &Config) -> Result<(), Problem> {
     Ok(())
 }
 
-/// `[api]`: room for at least one stream client; `tls_cert` and `tls_key` together,
-/// each a readable PEM file, that make a TLS server.
+/// `[api]`: room for at least one stream client; origins only in `frame_ancestors`;
+/// `tls_cert` and `tls_key` together, each a readable PEM file, that make a TLS server.
 fn api(api: &ApiConfig) -> Result<(), Problem> {
     if api.max_stream_clients == 0 {
         return Err(("api.max_stream_clients", "must be at least 1".into()));
     }
+    overseer_api::dashboard::FrameAncestors::new(&api.frame_ancestors)
+        .map_err(|problem| ("api.frame_ancestors", problem))?;
     match (&api.tls_cert, &api.tls_key) {
         (Some(_), None) => {
             return Err((
@@ -263,13 +265,13 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
         (ExecutorKind::Celery, Some(url)) => {
             check_broker_url(url).map_err(|problem| ("broker_url", problem))?;
         }
-        (ExecutorKind::Unchecked, Some(_)) => {
+        (ExecutorKind::Unchecked | ExecutorKind::Edge, Some(_)) => {
             return Err((
                 "broker_url",
                 format!("applies only to CeleryExecutor, not to {}", executor.name),
             ));
         }
-        (ExecutorKind::Unchecked, None) => {}
+        (ExecutorKind::Unchecked | ExecutorKind::Edge, None) => {}
     }
     ssl(executor, name.kind())?;
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {

@@ -12,7 +12,8 @@
 //! - [`openapi`]: `GET /openapi.json`, generated from the types the responses
 //!   are written from (the report's are core's own).
 //! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
-//! - [`dashboard`]: `GET /`, a self-contained page for people.
+//! - [`dashboard`]: `GET /`, a self-contained page for people, and who may
+//!   frame it ([`dashboard::FrameAncestors`]).
 //! - [`version`]: `GET /api/v2/version`, a static answer in Airflow's shape.
 //! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
 //!
@@ -64,13 +65,17 @@ pub struct ApiState {
     /// SSE streams open now, across every worker: each holds a
     /// [`health::StreamPlace`] and gives it back when it ends.
     pub open_streams: Arc<AtomicUsize>,
+    /// Who may show the dashboard in a frame (`api.frame_ancestors`): its own
+    /// origin, and these (the Airflow UI's, for Overseer's Airflow plugin).
+    pub frame_ancestors: dashboard::FrameAncestors,
 }
 
 impl ApiState {
     /// What the routes read, from a running [`Overseer`]: its reports and
     /// counters. SSE streams end when `shutdown` turns `true` (send it before
     /// stopping the HTTP server, or a graceful stop waits for them); at most
-    /// `max_stream_clients` are served at once.
+    /// `max_stream_clients` are served at once. Only the dashboard's own origin
+    /// may frame it, unless [`ApiState::with_frame_ancestors`] says otherwise.
     pub fn new(
         overseer: &Overseer,
         shutdown: watch::Receiver<bool>,
@@ -86,6 +91,16 @@ impl ApiState {
             shutdown,
             max_stream_clients,
             open_streams: Arc::default(),
+            frame_ancestors: dashboard::FrameAncestors::default(),
+        }
+    }
+
+    /// The same state, with the dashboard allowed in frames of `frame_ancestors`
+    /// besides its own origin's.
+    pub fn with_frame_ancestors(self, frame_ancestors: dashboard::FrameAncestors) -> Self {
+        Self {
+            frame_ancestors,
+            ..self
         }
     }
 }

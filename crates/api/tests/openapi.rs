@@ -306,7 +306,12 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
         ),
         (
             "WorkerDetail",
-            &[("name", None, false), ("queues", None, true)],
+            &[
+                ("name", None, false),
+                ("queues", None, true),
+                ("state", None, true),
+                ("free_concurrency", None, true),
+            ],
         ),
         (
             "QueuedTasks",

@@ -12,6 +12,7 @@ use actix_web::dev::ServiceResponse;
 use actix_web::http::{StatusCode, header};
 use actix_web::web::Bytes;
 use actix_web::{App, test, web};
+use overseer_api::dashboard::FrameAncestors;
 use overseer_api::errors;
 use serde_json::Value;
 use support::{Harness, full_report, healthy_report};
@@ -109,6 +110,66 @@ async fn strict_is_503_while_anything_is_unhealthy_and_200_otherwise() {
             .unwrap()
             .starts_with("invalid query string:"),
         "{body}"
+    );
+}
+
+/// A probe of the executors alone: `?strict=true&component=executor` answers
+/// 503 only for the components named, whatever the others say; an unknown
+/// component is a 400 naming it.
+#[actix_web::test]
+async fn strict_judges_only_the_components_named() {
+    use overseer_core::report::{Component, Status};
+    let report = full_report();
+    // The fixture: the executor entry is unhealthy, the scheduler healthy.
+    assert_eq!(
+        report.status_of(Component::Executor),
+        Some(Status::Unhealthy)
+    );
+    assert_eq!(
+        report.status_of(Component::Scheduler),
+        Some(Status::Healthy)
+    );
+    let harness = Harness::new(report.clone(), 4);
+    let app = app!(harness.state);
+    let get = |uri: &str| test::TestRequest::get().uri(uri).to_request();
+    for (uri, status) in [
+        (
+            "/api/v2/monitor/health?strict=true&component=executor",
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            "/api/v2/monitor/health?strict=true&component=scheduler",
+            StatusCode::OK,
+        ),
+        (
+            "/api/v2/monitor/health?strict=true&component=scheduler&component=metadatabase",
+            StatusCode::OK,
+        ),
+        (
+            "/api/v2/monitor/health?component=scheduler&strict=true&component=executor",
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        // Without strict, a filter changes nothing: 200, as Airflow.
+        ("/api/v2/monitor/health?component=executor", StatusCode::OK),
+    ] {
+        let response = test::call_service(&app, get(uri)).await;
+        assert_eq!(response.status(), status, "{uri}");
+        assert_eq!(
+            test::read_body(response).await,
+            report.json().as_bytes(),
+            "{uri}: the whole report"
+        );
+    }
+    let response = test::call_service(
+        &app,
+        get("/api/v2/monitor/health?strict=true&component=webserver"),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(
+        body["detail"],
+        "invalid query string: unknown component \"webserver\" (expected one of: metadatabase, scheduler, triggerer, dag_processor, executor)"
     );
 }
 
@@ -212,9 +273,10 @@ async fn the_dashboard_is_self_contained_html() {
         header_of(&response, header::CONTENT_TYPE),
         "text/html; charset=utf-8"
     );
-    assert!(
-        header_of(&response, header::CONTENT_SECURITY_POLICY).starts_with("default-src 'none'")
-    );
+    let policy = header_of(&response, header::CONTENT_SECURITY_POLICY);
+    assert!(policy.starts_with("default-src 'none'"), "{policy}");
+    // Framed by no one but itself, unless configured.
+    assert!(policy.ends_with("; frame-ancestors 'self'"), "{policy}");
     let page = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
     for card in [
         "card-scheduler",
@@ -224,6 +286,52 @@ async fn the_dashboard_is_self_contained_html() {
     ] {
         assert!(page.contains(card), "{card}");
     }
+}
+
+#[actix_web::test]
+async fn the_dashboard_may_be_framed_by_the_configured_origins() {
+    let harness = Harness::new(full_report(), 4);
+    let ancestors =
+        FrameAncestors::new(["https://airflow.example.com/", "http://127.0.0.1:28080"]).unwrap();
+    let state = harness.state.clone().with_frame_ancestors(ancestors);
+    let app = app!(state);
+    for request in [
+        test::TestRequest::get(),
+        test::TestRequest::default().method(actix_web::http::Method::HEAD),
+    ] {
+        let response = test::call_service(&app, request.uri("/").to_request()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let policy = header_of(&response, header::CONTENT_SECURITY_POLICY);
+        assert!(policy.starts_with("default-src 'none'; "), "{policy}");
+        let directives: Vec<&str> = policy.split("; ").collect();
+        assert_eq!(
+            directives.last(),
+            Some(&"frame-ancestors 'self' https://airflow.example.com http://127.0.0.1:28080"),
+            "{policy}"
+        );
+        assert_eq!(
+            directives
+                .iter()
+                .filter(|d| d.starts_with("frame-ancestors"))
+                .count(),
+            1,
+            "{policy}"
+        );
+    }
+    // The other routes carry no frame policy: they are data, not pages.
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health")
+            .to_request(),
+    )
+    .await;
+    assert!(
+        response
+            .headers()
+            .get(header::CONTENT_SECURITY_POLICY)
+            .is_none()
+    );
 }
 
 #[actix_web::test]

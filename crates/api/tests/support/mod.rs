@@ -99,8 +99,9 @@ pub fn queue(name: &str, broker: &str, depth: Option<u64>, consumers: Option<u32
 }
 
 /// The evidence of a check that could tell everything: two configured queues on
-/// one broker (`reports` empty), two workers, and task instances queued on
-/// `default` and on `adhoc`, a queue no worker is configured for.
+/// one broker (`reports` empty), two workers (with the state and free slots an
+/// Edge worker reports), and task instances queued on `default` and on `adhoc`,
+/// a queue no worker is configured for.
 pub fn full_detail() -> Detail {
     Detail {
         queues: vec![
@@ -111,10 +112,14 @@ pub fn full_detail() -> Detail {
             WorkerDetail {
                 name: "celery@w1".into(),
                 queues: Some(vec!["default".into(), "reports".into()]),
+                state: Some("idle".into()),
+                free_concurrency: Some(4),
             },
             WorkerDetail {
                 name: "celery@w2".into(),
                 queues: Some(vec!["default".into()]),
+                state: Some("running".into()),
+                free_concurrency: Some(0),
             },
         ]),
         queued_tasks: Some(QueuedTasks {
@@ -168,7 +173,12 @@ pub fn full_report() -> HealthReport {
                 "sched-1",
                 ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection"),
             ),
-            executor_row(6, "LocalExecutor", "sched-2", ExecutorHealth::Unknown),
+            executor_row(
+                6,
+                "LocalExecutor",
+                "sched-2",
+                ExecutorHealth::unknown("no health check for LocalExecutor"),
+            ),
         ],
         true,
         &|row| match row.id {
@@ -208,6 +218,7 @@ impl Harness {
             shutdown: shutdown_rx,
             max_stream_clients,
             open_streams: Arc::default(),
+            frame_ancestors: Default::default(),
         };
         Self {
             state,
