@@ -282,9 +282,14 @@ async fn the_dashboard_shows_four_cards_and_follows_a_verdict_change_live() {
         titles,
         json!(["Scheduler", "Triggerer", "DagProcessor", "Executor"])
     );
+    // Each verdict says why: the unhealthy broker, and the executor that has no check.
+    let reasons = "return [...document.querySelectorAll('#card-executor .reason')].map(r => r.textContent).sort()";
     browser.wait_for(
-        "return [...document.querySelectorAll('#card-executor .reason')].map(r => r.textContent).join()",
-        json!("broker redis://broker:6379/0 refused the connection"),
+        reasons,
+        json!([
+            "broker redis://broker:6379/0 refused the connection",
+            "no health check for LocalExecutor"
+        ]),
     );
     browser.wait_for(
         "return document.getElementById('connection').dataset.state",

@@ -95,7 +95,7 @@ impl Metrics {
                     let value = match i.health {
                         ExecutorHealth::Healthy => 1.0,
                         ExecutorHealth::Unhealthy { .. } => 0.0,
-                        ExecutorHealth::Unknown => -1.0,
+                        ExecutorHealth::Unknown { .. } => -1.0,
                     };
                     gauge(row_labels(i), value)
                 })

@@ -70,15 +70,26 @@ pub trait BlockingHealthCheck: Send + Sync + 'static {
     }
 }
 
-/// A check that always answers `unknown`: for executors with no real check yet,
-/// so that they never show as dead.
+/// A check that always answers `unknown` (`no health check`): for executors
+/// with no real check yet, so that they never show as dead.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoCheck;
 
 #[async_trait::async_trait]
 impl HealthCheck for NoCheck {
     async fn get_health(&self) -> ExecutorHealth {
-        ExecutorHealth::Unknown
+        ExecutorHealth::unknown("no health check")
+    }
+}
+
+/// [`NoCheck`] for one executor kind: `no health check for KubernetesExecutor`.
+#[derive(Debug, Clone)]
+struct NoCheckFor(Arc<str>);
+
+#[async_trait::async_trait]
+impl HealthCheck for NoCheckFor {
+    async fn get_health(&self) -> ExecutorHealth {
+        ExecutorHealth::unknown(format!("no health check for {}", self.0))
     }
 }
 
@@ -143,9 +154,13 @@ impl Executor {
         }
     }
 
-    /// An executor with no check: its verdict stays `unknown`.
+    /// An executor with no check: its verdict stays `unknown`
+    /// (`no health check for KubernetesExecutor`), unless Airflow's queued task
+    /// instances judge it ([`crate::flow`]).
     pub fn unchecked(executor_class: impl Into<String>) -> Self {
-        Self::new(executor_class, NoCheck)
+        let executor_class = executor_class.into();
+        let check = NoCheckFor(Arc::from(executor_class.as_str()));
+        Self::new(executor_class, check)
     }
 
     /// Names the instance (for Celery, the broker URL without credentials). A

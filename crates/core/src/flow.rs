@@ -81,7 +81,9 @@ impl FlowWatch {
             }
             unhealthy @ ExecutorHealth::Unhealthy { .. } => unhealthy,
             _ if !findings.is_empty() => ExecutorHealth::unhealthy(findings.join("; ")),
-            ExecutorHealth::Unknown if rules_on && queued.is_some() => ExecutorHealth::Healthy,
+            ExecutorHealth::Unknown { .. } if rules_on && queued.is_some() => {
+                ExecutorHealth::Healthy
+            }
             other => other,
         };
         detail.queued_tasks = queued;

@@ -77,8 +77,9 @@ impl JobType {
 
 /// An executor's health: the verdict of its health check.
 ///
-/// `Unknown` is the default, so an executor without a real check never shows as dead.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// `Unknown` is the default ([`NOT_CHECKED_YET`]), so an executor without a
+/// real check never shows as dead; it always says why it cannot tell.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "health", rename_all = "lowercase")]
 pub enum ExecutorHealth {
     /// The check answered and found nothing wrong.
@@ -88,9 +89,22 @@ pub enum ExecutorHealth {
         /// Why, in plain words for an operator. Never carries a credential.
         reason: String,
     },
-    /// No check has answered yet, or the executor has no check.
-    #[default]
-    Unknown,
+    /// The check cannot tell, or there is none, or none has answered yet.
+    Unknown {
+        /// Why not (`not checked yet`, `no health check for KubernetesExecutor`,
+        /// `TLS without verification is not checked over AMQP`). Never a credential.
+        reason: String,
+    },
+}
+
+/// The reason of a verdict no check has given yet.
+pub const NOT_CHECKED_YET: &str = "not checked yet";
+
+impl Default for ExecutorHealth {
+    /// `unknown: not checked yet`.
+    fn default() -> Self {
+        Self::unknown(NOT_CHECKED_YET)
+    }
 }
 
 impl ExecutorHealth {
@@ -101,6 +115,18 @@ impl ExecutorHealth {
         }
     }
 
+    /// An `Unknown` verdict with its reason.
+    pub fn unknown(reason: impl Into<String>) -> Self {
+        Self::Unknown {
+            reason: reason.into(),
+        }
+    }
+
+    /// True for `unknown`, whatever its reason.
+    pub const fn is_unknown(&self) -> bool {
+        matches!(self, Self::Unknown { .. })
+    }
+
     /// The same verdict, with any URL credentials in its reason masked
     /// ([`crate::secret::scrub`]).
     pub fn scrubbed(self) -> Self {
@@ -108,7 +134,10 @@ impl ExecutorHealth {
             Self::Unhealthy { reason } => Self::Unhealthy {
                 reason: crate::secret::scrub(&reason),
             },
-            other => other,
+            Self::Unknown { reason } => Self::Unknown {
+                reason: crate::secret::scrub(&reason),
+            },
+            Self::Healthy => Self::Healthy,
         }
     }
 
@@ -117,24 +146,27 @@ impl ExecutorHealth {
         match self {
             Self::Healthy => "healthy",
             Self::Unhealthy { .. } => "unhealthy",
-            Self::Unknown => "unknown",
+            Self::Unknown { .. } => "unknown",
         }
     }
 
-    /// The reason stored in `job.executor_health_reason`, if any.
+    /// The reason stored in `job.executor_health_reason`: `unhealthy`'s and
+    /// `unknown`'s; `healthy` has none.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Self::Unhealthy { reason } => Some(reason),
-            Self::Healthy | Self::Unknown => None,
+            Self::Unhealthy { reason } | Self::Unknown { reason } => Some(reason),
+            Self::Healthy => None,
         }
     }
 
-    /// Rebuilds a verdict from the two columns it is stored in.
+    /// Rebuilds a verdict from the two columns it is stored in. An `unknown`
+    /// without a reason is a row no check has answered for yet (or one an
+    /// older writer left): `not checked yet`.
     pub fn from_columns(health: &str, reason: Option<&str>) -> Result<Self, Error> {
         match health {
             "healthy" => Ok(Self::Healthy),
             "unhealthy" => Ok(Self::unhealthy(reason.unwrap_or_default())),
-            "unknown" => Ok(Self::Unknown),
+            "unknown" => Ok(Self::unknown(reason.unwrap_or(NOT_CHECKED_YET))),
             other => Err(Error::UnexpectedValue {
                 column: "executor_health",
                 value: other.to_owned(),
@@ -174,7 +206,8 @@ impl fmt::Display for ExecutorHealth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Unhealthy { reason } => write!(f, "unhealthy: {reason}"),
-            other => f.write_str(other.as_str()),
+            Self::Unknown { reason } => write!(f, "unknown: {reason}"),
+            Self::Healthy => f.write_str("healthy"),
         }
     }
 }
@@ -217,7 +250,19 @@ mod tests {
 
     #[test]
     fn executor_health_defaults_to_unknown_and_keeps_its_reason() {
-        assert_eq!(ExecutorHealth::default(), ExecutorHealth::Unknown);
+        assert_eq!(
+            ExecutorHealth::default(),
+            ExecutorHealth::unknown("not checked yet")
+        );
+        assert_eq!(
+            ExecutorHealth::from_columns("unknown", None).unwrap(),
+            ExecutorHealth::unknown("not checked yet")
+        );
+        assert_eq!(
+            ExecutorHealth::from_columns("unknown", Some("no health check for LocalExecutor"))
+                .unwrap(),
+            ExecutorHealth::unknown("no health check for LocalExecutor")
+        );
         let verdict = ExecutorHealth::unhealthy("broker unreachable");
         assert_eq!(verdict.as_str(), "unhealthy");
         assert_eq!(verdict.reason(), Some("broker unreachable"));

@@ -129,6 +129,10 @@ pub enum DetailedStatus {
     Degraded,
     /// None is fine, or there is none.
     Down,
+    /// Executors only: there are live instances, and none has a verdict (each
+    /// is `unknown`): nothing says they are fine. (`status` stays `healthy`, as
+    /// `unknown` never counts as dead.)
+    Unknown,
 }
 
 impl DetailedStatus {
@@ -137,6 +141,7 @@ impl DetailedStatus {
             Self::Healthy => "healthy",
             Self::Degraded => "degraded",
             Self::Down => "down",
+            Self::Unknown => "unknown",
         }
     }
 
@@ -325,7 +330,7 @@ pub enum ExecutorHealthKind {
 pub struct VerdictFields<'a> {
     /// The verdict.
     pub health: ExecutorHealthKind,
-    /// Why, for `unhealthy`; never a credential.
+    /// Why, for `unhealthy` and `unknown` (`null` for `healthy`); never a credential.
     pub reason: Option<&'a str>,
 }
 
@@ -334,7 +339,7 @@ impl<'a> From<&'a ExecutorHealth> for VerdictFields<'a> {
         let kind = match health {
             ExecutorHealth::Healthy => ExecutorHealthKind::Healthy,
             ExecutorHealth::Unhealthy { .. } => ExecutorHealthKind::Unhealthy,
-            ExecutorHealth::Unknown => ExecutorHealthKind::Unknown,
+            ExecutorHealth::Unknown { .. } => ExecutorHealthKind::Unknown,
         };
         Self {
             health: kind,
@@ -388,7 +393,8 @@ pub struct ExecutorEntry {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub latest_heartbeat: Option<DateTime<Utc>>,
-    /// How the live rows are doing together: `down` when none is fine.
+    /// How the live rows are doing together: `down` when none is fine,
+    /// `unknown` when none has a verdict.
     pub detailed_status: DetailedStatus,
     /// The live executor rows, of every host, by host, executor and instance.
     pub instances: Vec<ExecutorInstance>,
@@ -513,10 +519,16 @@ impl HealthReport {
                     .iter()
                     .filter(|i| !matches!(i.health, ExecutorHealth::Unhealthy { .. }))
                     .count();
+                let judged = instances.iter().any(|i| !i.health.is_unknown());
+                let detailed_status = if !instances.is_empty() && !judged {
+                    DetailedStatus::Unknown
+                } else {
+                    DetailedStatus::from_counts(fine, instances.len())
+                };
                 ExecutorEntry {
                     status: Status::from_ok(!instances.is_empty() && fine == instances.len()),
                     latest_heartbeat: latest.latest_heartbeat,
-                    detailed_status: DetailedStatus::from_counts(fine, instances.len()),
+                    detailed_status,
                     instances,
                 }
             });

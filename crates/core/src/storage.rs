@@ -143,7 +143,7 @@ pub async fn register(
             executor_class: Set(Some(class.clone())),
             hostname: Set(Some(session.hostname.clone())),
             unixname: Set(Some(session.unixname.clone())),
-            executor_health: Set(ExecutorHealth::Unknown.as_str().to_owned()),
+            executor_health: Set(ExecutorHealth::default().as_str().to_owned()),
             executor_health_reason: Set(None),
             executor_instance: Set(instance.clone()),
             executor_health_checked_at: Set(None),

@@ -186,7 +186,10 @@ async fn a_run_leaves_running_rows_with_verdicts_then_success(db: TestDb) {
         by_class("fast:CeleryExecutor").health,
         ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection")
     );
-    assert_eq!(by_class("LocalExecutor").health, ExecutorHealth::Unknown);
+    assert_eq!(
+        by_class("LocalExecutor").health,
+        ExecutorHealth::unknown("no health check for LocalExecutor")
+    );
 
     // The report shows this process's verdicts as soon as they are made; the
     // table has them after the next flush.

@@ -344,7 +344,7 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
         .await;
         assert_eq!(
             verdict_of(&report, "EdgeExecutor"),
-            Some(ExecutorHealth::Unknown),
+            Some(ExecutorHealth::unknown("no health check for EdgeExecutor")),
             "{backend:?}: max_queued_age = 0s turns the rule off, so no check means unknown"
         );
 
@@ -462,7 +462,10 @@ async fn without_airflow_s_tables_an_executor_without_a_check_stays_unknown() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let report = overseer.report();
     let instance = &report.executor.as_ref().unwrap().instances[0];
-    assert_eq!(instance.health, ExecutorHealth::Unknown);
+    assert_eq!(
+        instance.health,
+        ExecutorHealth::unknown("no health check for LocalExecutor")
+    );
     assert_eq!(instance.detail, None);
     overseer.shutdown().await.unwrap();
 }

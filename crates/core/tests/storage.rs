@@ -74,7 +74,7 @@ async fn a_registered_executor_row_reads_back_field_for_field() {
         let read = row(&db, ids[0]).await;
         assert_eq!(read.state().unwrap(), Some(JobState::Running));
         assert_eq!(read.job_type().unwrap(), Some(JobType::ExecutorJob));
-        assert_eq!(read.executor_health().unwrap(), ExecutorHealth::Unknown);
+        assert_eq!(read.executor_health().unwrap(), ExecutorHealth::default());
         assert_eq!(read.executor_health_reason, None);
         assert_eq!(read.executor_health_checked_at, None);
         assert_eq!(read.start_date, Some(session.started), "{:?}", db.backend);
@@ -147,7 +147,10 @@ async fn rows_airflow_wrote_read_back_as_utc_on_every_backend() {
         );
         assert_eq!(running.end_date, None);
         assert_eq!(running.job_type().unwrap(), Some(JobType::SchedulerJob));
-        assert_eq!(running.executor_health().unwrap(), ExecutorHealth::Unknown);
+        assert_eq!(
+            running.executor_health().unwrap(),
+            ExecutorHealth::default()
+        );
 
         let ended = row(&db, 2).await;
         assert_eq!(
@@ -239,7 +242,7 @@ async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
         );
         assert_eq!(
             rows[1].executor_health().unwrap(),
-            ExecutorHealth::Unknown,
+            ExecutorHealth::default(),
             "{:?}",
             db.backend
         );

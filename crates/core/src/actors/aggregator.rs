@@ -242,7 +242,7 @@ impl Aggregator {
                     executor_class: Some(class),
                     hostname: Some(session.hostname.clone()),
                     unixname: Some(session.unixname.clone()),
-                    executor_health: ExecutorHealth::Unknown.as_str().to_owned(),
+                    executor_health: ExecutorHealth::default().as_str().to_owned(),
                     executor_health_reason: None,
                     executor_instance: instance,
                     executor_health_checked_at: None,

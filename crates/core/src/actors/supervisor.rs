@@ -140,7 +140,7 @@ impl HealthSupervisor {
                 stats,
                 label,
                 in_flight: None,
-                reported: ExecutorHealth::Unknown,
+                reported: ExecutorHealth::default(),
                 since: Instant::now(),
                 failures: 0,
                 successes: 0,
@@ -261,7 +261,7 @@ impl HealthSupervisor {
                 matches!(executor.reported, ExecutorHealth::Unhealthy { .. })
                     || executor.failures >= settings.failures_before_unhealthy
             }
-            ExecutorHealth::Unknown => {
+            ExecutorHealth::Unknown { .. } => {
                 executor.failures = 0;
                 executor.successes = 0;
                 true
@@ -320,9 +320,11 @@ fn log_change(executor: &str, before: &ExecutorHealth, after: &ExecutorHealth, l
             let unhealthy_for = format!("{}s", lasted.as_secs_f64().round());
             tracing::info!(executor = %executor, %unhealthy_for, "executor is healthy again");
         }
-        (Unknown, Healthy) => tracing::info!(executor = %executor, "executor is healthy"),
-        (Healthy, Healthy) | (Unknown, Unknown) => {}
-        (_, Unknown) => tracing::info!(executor = %executor, "executor's verdict is unknown"),
+        (Unknown { .. }, Healthy) => tracing::info!(executor = %executor, "executor is healthy"),
+        (Healthy, Healthy) | (Unknown { .. }, Unknown { .. }) => {}
+        (_, Unknown { reason }) => {
+            tracing::info!(executor = %executor, %reason, "executor's verdict is unknown");
+        }
     }
 }
 

@@ -42,6 +42,10 @@ fn queued(queues: &[(&str, u64, Option<u64>, u64)]) -> QueuedTasks {
     }
 }
 
+fn no_check() -> ExecutorHealth {
+    ExecutorHealth::unknown("no health check for LocalExecutor")
+}
+
 fn unhealthy(reason: &str) -> ExecutorHealth {
     ExecutorHealth::unhealthy(reason)
 }
@@ -89,24 +93,24 @@ fn queued_task_instances_give_the_verdict_with_the_check_s() {
         ),
         (
             "no check, nothing queued: a real verdict",
-            ExecutorHealth::Unknown,
+            no_check(),
             Some(none.clone()),
             LIMIT,
             ExecutorHealth::Healthy,
         ),
         (
             "no check, some overdue",
-            ExecutorHealth::Unknown,
+            no_check(),
             Some(overdue.clone()),
             LIMIT,
             unhealthy(reason),
         ),
         (
             "no check, table unknown",
-            ExecutorHealth::Unknown,
+            no_check(),
             None,
             LIMIT,
-            ExecutorHealth::Unknown,
+            no_check(),
         ),
         (
             "rule off: overdue ignored",
@@ -117,10 +121,10 @@ fn queued_task_instances_give_the_verdict_with_the_check_s() {
         ),
         (
             "rule off: unknown stays unknown",
-            ExecutorHealth::Unknown,
+            no_check(),
             Some(none),
             Duration::ZERO,
-            ExecutorHealth::Unknown,
+            no_check(),
         ),
     ];
     for (case, check, queued, max_age, expected) in cases {

@@ -110,7 +110,13 @@ fn every_shape() -> Vec<job::Model> {
             ExecutorHealth::unhealthy("broker \"redis://broker:6379/0\" refused: é\n\\"),
             at(365_300),
         ),
-        executor(7, "sched-2", "LocalExecutor", ExecutorHealth::Unknown, None),
+        executor(
+            7,
+            "sched-2",
+            "LocalExecutor",
+            ExecutorHealth::default(),
+            None,
+        ),
     ]
 }
 
@@ -142,7 +148,7 @@ fn the_json_is_byte_for_byte_what_it_always_was() {
     let full = HealthReport::build(&job_rows, true, &thresholds(), now());
     assert_eq!(
         full.json(),
-        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":null,"checked_at":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00","detail":null}]}}"##
+        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":"not checked yet","checked_at":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00","detail":null}]}}"##
     );
     let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
     assert_eq!(
@@ -314,9 +320,25 @@ fn executor_entry_rules_table() {
             expect: Some(("healthy", "healthy", 1)),
         },
         Case {
-            what: "unknown never counts as dead",
-            rows: vec![executor_row(1, 1, "a", ExecutorHealth::Unknown)],
-            expect: Some(("healthy", "healthy", 1)),
+            what: "unknown never counts as dead, and says nothing is known",
+            rows: vec![executor_row(1, 1, "a", ExecutorHealth::default())],
+            expect: Some(("healthy", "unknown", 1)),
+        },
+        Case {
+            what: "one verdict beside unknown ones decides",
+            rows: vec![
+                executor_row(1, 1, "a", ExecutorHealth::default()),
+                executor_row(2, 1, "b", ExecutorHealth::Healthy),
+            ],
+            expect: Some(("healthy", "healthy", 2)),
+        },
+        Case {
+            what: "unhealthy beside unknown: degraded",
+            rows: vec![
+                executor_row(1, 1, "a", ExecutorHealth::default()),
+                executor_row(2, 1, "b", bad()),
+            ],
+            expect: Some(("unhealthy", "degraded", 2)),
         },
         Case {
             what: "mixed verdicts: degraded",
@@ -415,6 +437,8 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
         workers: Some(vec![WorkerDetail {
             name: "celery@w1".into(),
             queues: Some(vec!["default".into()]),
+            state: None,
+            free_concurrency: None,
         }]),
         queued_tasks: Some(QueuedTasks {
             count: 2,
@@ -445,7 +469,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
         instances[0]["detail"],
         serde_json::json!({
             "queues": [{"name": "default", "broker": "redis://broker:6379/0", "depth": 3, "consumers": null}],
-            "workers": [{"name": "celery@w1", "queues": ["default"]}],
+            "workers": [{"name": "celery@w1", "queues": ["default"], "state": null, "free_concurrency": null}],
             "queued_tasks": {
                 "count": 2,
                 "oldest_seconds": 42,
