@@ -110,3 +110,52 @@ fn the_readme_commands_work_on_a_fresh_clone() {
     let exit = child.wait().unwrap();
     assert!(exit.success(), "Ctrl-C ends it cleanly: {exit:?}");
 }
+
+/// The rest of a newcomer's first hour, as files say it: what to install, how
+/// to put `overseer` on the PATH, an executor without a file, a design to read,
+/// local files git ignores, and one readable line per `just` recipe.
+#[test]
+fn the_first_hour_has_no_surprise() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap();
+    let readme = read("README.md");
+    for needed in [
+        "cargo install cargo-nextest --locked",
+        "cargo install just",
+        "cargo install --path .",
+        "OVERSEER_EXECUTORS='[{name = \"CeleryExecutor\"",
+        "[docs/design.md](docs/design.md)",
+        "`degraded` (some fine, some not)",
+        "`unknown` never counts as dead",
+        "The `executor` entry is Overseer's endpoint's alone",
+    ] {
+        assert!(readme.contains(needed), "the README should say {needed:?}");
+    }
+    assert!(root.join("docs/design.md").is_file());
+
+    let ignored = read(".gitignore");
+    for local in ["overseer.toml", "*.db"] {
+        assert!(
+            ignored.lines().any(|l| l.trim() == local),
+            ".gitignore should list {local}"
+        );
+    }
+
+    // `just --list` shows the comment line right above each recipe: one per recipe.
+    let justfile = read("justfile");
+    let lines: Vec<&str> = justfile.lines().collect();
+    let recipes: Vec<(usize, &str)> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.starts_with([' ', '\t', '#']) && l.contains(':') && !l.is_empty())
+        .map(|(i, l)| (i, *l))
+        .collect();
+    assert!(recipes.len() >= 5, "{recipes:?}");
+    for (i, recipe) in recipes {
+        let doc = lines[..i].last().copied().unwrap_or_default();
+        assert!(
+            doc.starts_with("# ") && doc.len() <= 110,
+            "recipe {recipe:?} needs one short comment line right above it, not {doc:?}"
+        );
+    }
+}
