@@ -1,6 +1,7 @@
 //! Section 5: One Celery check beside what a Python operator would run for the same
 //! question, against the same brokers in the same run: kombu's
-//! `Connection(url).ensure_connection()` and `celery -b URL inspect ping`.
+//! `Connection(url).ensure_connection()` and `celery -b URL inspect ping`; then
+//! the same check over TLS (`rediss://`) beside plain TCP, pooled and fresh.
 //! (What `crates/celery/benches/check.rs` measures, with warm-ups, spreads and
 //! the in-process Python times besides the whole commands.)
 
@@ -19,6 +20,10 @@ use crate::plan::Plan;
 use crate::report::{Body, Out, Skip, table};
 use crate::stats::{Summary, count, ratio};
 use crate::venv;
+
+/// Certificates made at run time, as the TLS tests make them.
+#[path = "../../../celery/tests/support/certs.rs"]
+mod certs;
 
 /// The machine's brokers, as the celery crate's tests reach them.
 const BROKERS: [(&str, &str, u16); 2] = [
@@ -68,6 +73,89 @@ async fn timed(check: &CeleryCheck) -> Result<f64> {
         bail!("the check said {health:?}: {:?}", check.latest());
     }
     Ok(ms)
+}
+
+/// The check over TLS beside plain TCP, pooled and fresh (a new connection, so
+/// a new TLS handshake, at every check), on two throwaway `redis-server`s of the
+/// same build: one `--tls-port` with a CA and server certificate made at run
+/// time, one plain.
+async fn tls_beside_plain(plan: &Plan) -> Result<(String, Vec<RangeRow>)> {
+    let pki = certs::Pki::new("bench");
+    let server = pki.server("server", &["127.0.0.1"]);
+    let tls = overseer_testkit::throwaway::ThrowawayRedis::start_tls(
+        &server.cert,
+        &server.key,
+        &pki.ca_pem(),
+        "no",
+        &[],
+    )
+    .ok_or_else(|| anyhow!("no redis-server with TLS"))?;
+    let plain = overseer_testkit::throwaway::ThrowawayRedis::start(&[])
+        .ok_or_else(|| anyhow!("no redis-server"))?;
+    let tls_url = format!(
+        "rediss://127.0.0.1:{}/0?ssl_cert_reqs=required&ssl_ca_certs={}",
+        tls.port,
+        pki.ca_pem().display()
+    );
+    let plain_url = plain.url(None, 0);
+    eprintln!("celery: Redis over TLS beside plain TCP");
+    let mut rows: Vec<(String, &'static str, Summary)> = Vec::new();
+    for (transport, url) in [("plain TCP", &plain_url), ("TLS", &tls_url)] {
+        let pooled = check(url, false)?;
+        timed(&pooled).await?;
+        let mut samples = Vec::new();
+        for _ in 0..plan.celery_samples {
+            samples.push(timed(&pooled).await?);
+        }
+        let mut fresh = Vec::new();
+        timed(&check(url, false)?).await?;
+        for _ in 0..plan.celery_samples {
+            fresh.push(timed(&check(url, false)?).await?);
+        }
+        let summary = |s: &[f64]| Summary::of(s).ok_or_else(|| anyhow!("no samples"));
+        rows.push((
+            format!("{transport}, pooled connection"),
+            "pooled",
+            summary(&samples)?,
+        ));
+        rows.push((
+            format!(
+                "{transport}, fresh connection{}",
+                if transport == "TLS" {
+                    " and handshake"
+                } else {
+                    ""
+                }
+            ),
+            "fresh",
+            summary(&fresh)?,
+        ));
+    }
+    let base = rows[0].2.median;
+    let mut text = format!(
+        "**Redis over TLS beside plain TCP** (two throwaway `redis-server`s of the same build, \
+         one with `--tls-port` and a CA made at run time; {} each):\n\n",
+        count(plan.celery_samples, "check")
+    );
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(what, _, summary)| vec![what.clone(), summary.cell(2), ratio(summary.median, base)])
+        .collect();
+    text.push_str(&table(
+        &["Overseer check", "ms", "÷ plain pooled"],
+        &table_rows,
+    ));
+    text.push('\n');
+    let chart_rows = rows
+        .into_iter()
+        .map(|(what, kind, summary)| RangeRow {
+            label: format!("Redis · {what}"),
+            summary,
+            mark: None,
+            color: if kind == "pooled" { BLUE } else { GREY },
+        })
+        .collect();
+    Ok((text, chart_rows))
 }
 
 /// A Python command, run `runs` times after one warm-up, timed whole (interpreter
@@ -296,6 +384,13 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
                 color: r.color,
             });
         }
+    }
+    match tls_beside_plain(plan).await {
+        Ok((text, rows)) => {
+            body.push_str(&text);
+            chart_rows.extend(rows);
+        }
+        Err(e) => problems.push(format!("TLS beside plain TCP: {e:#}")),
     }
     if chart_rows.is_empty() {
         return Err(Skip(format!("no broker answered: {}", problems.join("; "))).into());
