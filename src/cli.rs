@@ -91,7 +91,7 @@ pub enum JobsAction {
 pub enum MigrateAction {
     /// Apply every pending migration (the default).
     Up,
-    /// Roll back the last migration: drops the four executor columns, never the table.
+    /// Roll back the last migration: the history table, then (run again) the four executor columns; never `job`.
     Down,
     /// List the migrations and whether each is applied.
     Status,

@@ -24,12 +24,17 @@ async fn migrate_commands_manage_the_schema(db: TestDb) {
     assert_eq!(status.code, Some(0), "{}", status.stderr);
     assert_eq!(
         status.stdout,
-        "m20261129_000001_executor_health         pending\n"
+        "m20261129_000001_executor_health         pending\n\
+         m20261201_000001_executor_history        pending\n"
     );
 
     let up = migrate("up");
     assert_eq!(up.code, Some(0), "{}", up.stderr);
-    assert_eq!(up.stdout, "applied m20261129_000001_executor_health\n");
+    assert_eq!(
+        up.stdout,
+        "applied m20261129_000001_executor_health\napplied m20261201_000001_executor_history\n"
+    );
+    assert!(db.has_table("overseer_executor_history").await);
     assert!(
         db.column_names("job")
             .await
@@ -40,9 +45,21 @@ async fn migrate_commands_manage_the_schema(db: TestDb) {
     assert_eq!(again.stdout, "the schema is up to date\n");
     assert_eq!(
         migrate("status").stdout,
-        "m20261129_000001_executor_health         applied\n"
+        "m20261129_000001_executor_health         applied\n\
+         m20261201_000001_executor_history        applied\n"
     );
 
+    // Each `down` rolls back one migration, the latest first: the history table,
+    let down = migrate("down");
+    assert_eq!(down.code, Some(0), "{}", down.stderr);
+    assert_eq!(
+        down.stdout,
+        "rolled back m20261201_000001_executor_history\n"
+    );
+    assert!(!db.has_table("overseer_executor_history").await);
+    assert_eq!(db.column_names("job").await.len(), 14);
+
+    // then the four columns.
     let down = migrate("down");
     assert_eq!(down.code, Some(0), "{}", down.stderr);
     assert_eq!(

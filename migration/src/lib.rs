@@ -6,13 +6,17 @@
 //! - [`Migrator`]: the ordered list of migrations, for `overseer migrate` and `serve`.
 //! - `m20261129_000001_executor_health`: Airflow's `job` table where it is missing,
 //!   and the four executor-health columns.
+//! - `m20261201_000001_executor_history`: `overseer_executor_history`, a table of
+//!   Overseer's own: every change of an executor's verdict state.
 //!
 //! Overseer only ever adds to Airflow's schema: `down` removes what `up` added to a
-//! table and never drops the table itself, which Airflow's rows live in.
+//! table and never drops the table itself, which Airflow's rows live in. Its own
+//! table (the history) `down` drops whole.
 
 pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_executor_health;
+mod m20261201_000001_executor_history;
 
 /// Overseer's migrations, oldest first.
 pub struct Migrator;
@@ -20,6 +24,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261129_000001_executor_health::Migration)]
+        vec![
+            Box::new(m20261129_000001_executor_health::Migration),
+            Box::new(m20261201_000001_executor_history::Migration),
+        ]
     }
 }

@@ -75,6 +75,12 @@ pub fn invalid_query(problem: &str) -> HttpResponse {
     )
 }
 
+/// A route that reads the database, which cannot be read now (or a service
+/// that gave the route no database): 503.
+pub fn unavailable(detail: &str) -> HttpResponse {
+    json(StatusCode::SERVICE_UNAVAILABLE, detail)
+}
+
 /// A query string that does not parse (`?strict=maybe`).
 pub fn bad_query(err: error::QueryPayloadError, _: &HttpRequest) -> error::Error {
     let response = json(

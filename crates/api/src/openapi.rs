@@ -4,7 +4,8 @@
 //! document and the JSON cannot drift. The schemas its parts refer to come
 //! with it, the evidence beside each executor instance's verdict included
 //! (`detail`: `Detail`, `QueueDetail`, `WorkerDetail`, `QueuedTasks`,
-//! `QueuedOnQueue`), each described by its type's docs.
+//! `QueuedOnQueue`), each described by its type's docs. The history's
+//! transitions are core's [`Transition`](overseer_core::history::Transition).
 
 use std::sync::LazyLock;
 
@@ -13,6 +14,7 @@ use overseer_core::HealthReport;
 use utoipa::OpenApi;
 
 use crate::errors::ErrorBody;
+use crate::history::HistoryPage;
 use crate::version::VersionInfo;
 
 /// The OpenAPI document.
@@ -25,10 +27,11 @@ use crate::version::VersionInfo;
     paths(
         crate::health::health,
         crate::health::stream,
+        crate::history::history,
         crate::metrics::metrics,
         crate::version::version
     ),
-    components(schemas(HealthReport, ErrorBody, VersionInfo))
+    components(schemas(HealthReport, HistoryPage, ErrorBody, VersionInfo))
 )]
 pub struct ApiDoc;
 

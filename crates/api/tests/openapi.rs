@@ -161,6 +161,8 @@ fn every_field_of_the_model_is_in_both_the_json_and_the_schema() {
         "$.executor.instances[0].health",
         "$.executor.instances[0].reason",
         "$.executor.instances[0].checked_at",
+        "$.executor.instances[0].since",
+        "$.executor.instances[0].previous",
         "$.executor.instances[0].detail.queues[0].name",
         "$.executor.instances[0].detail.queues[0].broker",
         "$.executor.instances[0].detail.queues[0].depth",
@@ -188,6 +190,9 @@ fn every_field_of_the_model_is_in_both_the_json_and_the_schema() {
         instances[0]["detail"]
     );
     assert!(instances[1]["detail"]["workers"].is_null());
+    assert_eq!(instances[0]["previous"], "unhealthy");
+    assert!(instances[0]["since"].is_string());
+    assert!(instances[1]["since"].is_null(), "not known");
     assert!(instances[2]["detail"].is_null(), "another host's row");
     assert!(
         json["executor"]["instances"]

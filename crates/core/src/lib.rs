@@ -8,7 +8,7 @@
 //! - [`job`]: the words of the Jobs table as Rust types: [`JobState`], [`JobType`],
 //!   [`ExecutorHealth`], with the strings Airflow stores for them.
 //! - [`entity`]: the sea-orm entity of Airflow's `job` table plus Overseer's four
-//!   executor columns.
+//!   executor columns, and of Overseer's own history table.
 //! - [`storage`]: plain async functions over `&DatabaseConnection` that read and
 //!   write job rows; they know nothing of actors or HTTP.
 //! - [`check`]: the [`HealthCheck`] and [`BlockingHealthCheck`] traits, and
@@ -17,6 +17,8 @@
 //!   queues, workers, task instances queued.
 //! - [`flow`]: whether work flows: the rules that turn the evidence into a verdict.
 //! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
+//! - [`history`]: every change of a verdict's state, in a table of Overseer's
+//!   own: written with the verdict, read by the API, pruned.
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
 //! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
 //! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
@@ -33,6 +35,7 @@ pub mod duration;
 pub mod entity;
 pub mod error;
 pub mod flow;
+pub mod history;
 pub mod job;
 pub mod overseer;
 pub mod queued;

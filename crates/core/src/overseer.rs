@@ -41,6 +41,7 @@ use crate::actors::{
 use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
+use crate::history::HistorySettings;
 use crate::queued::{self, AirflowNames, QueuedBoard};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::{ExecutorStats, StatsSnapshot};
@@ -69,6 +70,8 @@ pub struct Settings {
     pub thresholds: Thresholds,
     /// How often a panicking check's actor may restart before it backs off.
     pub restart_policy: RestartPolicy,
+    /// How long the history of verdict states is kept ([`crate::history`]).
+    pub history: HistorySettings,
 }
 
 impl Default for Settings {
@@ -82,6 +85,7 @@ impl Default for Settings {
             refresh_interval: Duration::from_secs(1),
             thresholds: Thresholds::with_heartbeat_interval(heartbeat_interval),
             restart_policy: RestartPolicy::default(),
+            history: HistorySettings::default(),
         }
     }
 }
@@ -157,6 +161,13 @@ impl OverseerBuilder {
 
     pub fn refresh_interval(mut self, interval: Duration) -> Self {
         self.settings.refresh_interval = interval;
+        self
+    }
+
+    /// How long transitions are kept (zero: forever), and how often old ones
+    /// are pruned.
+    pub fn history(mut self, history: HistorySettings) -> Self {
+        self.settings.history = history;
         self
     }
 
@@ -267,6 +278,7 @@ async fn start_actors(
         heartbeat_interval: settings.heartbeat_interval,
         refresh_interval: settings.refresh_interval,
         thresholds: settings.thresholds,
+        history: settings.history,
     };
     let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();

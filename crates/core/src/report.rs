@@ -325,6 +325,43 @@ pub enum ExecutorHealthKind {
     Unknown,
 }
 
+impl ExecutorHealthKind {
+    /// Every state.
+    pub const ALL: [ExecutorHealthKind; 3] = [Self::Healthy, Self::Unhealthy, Self::Unknown];
+
+    /// The state of a verdict.
+    pub const fn of(health: &ExecutorHealth) -> Self {
+        match health {
+            ExecutorHealth::Healthy => Self::Healthy,
+            ExecutorHealth::Unhealthy { .. } => Self::Unhealthy,
+            ExecutorHealth::Unknown { .. } => Self::Unknown,
+        }
+    }
+
+    /// The string stored in `job.executor_health` and in the history.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::str::FromStr for ExecutorHealthKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| crate::Error::UnexpectedValue {
+                column: "executor_health",
+                value: s.to_owned(),
+            })
+    }
+}
+
 /// An executor's verdict as the report writes it: two fields of its instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 pub struct VerdictFields<'a> {
@@ -336,13 +373,8 @@ pub struct VerdictFields<'a> {
 
 impl<'a> From<&'a ExecutorHealth> for VerdictFields<'a> {
     fn from(health: &'a ExecutorHealth) -> Self {
-        let kind = match health {
-            ExecutorHealth::Healthy => ExecutorHealthKind::Healthy,
-            ExecutorHealth::Unhealthy { .. } => ExecutorHealthKind::Unhealthy,
-            ExecutorHealth::Unknown { .. } => ExecutorHealthKind::Unknown,
-        };
         Self {
-            health: kind,
+            health: ExecutorHealthKind::of(health),
             reason: health.reason(),
         }
     }
@@ -372,11 +404,32 @@ pub struct ExecutorInstance {
     #[serde(serialize_with = "optional_timestamp")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub checked_at: Option<DateTime<Utc>>,
+    /// When the current state (`health`, whatever its reason) began: the
+    /// latest transition into it in the history; `null` when not known (no
+    /// transition recorded, or none read yet). This host's rows as the
+    /// aggregator holds them; another host's as of the last full read of the
+    /// table (every 10 s).
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub since: Option<DateTime<Utc>>,
+    /// The state before the current one; `null` when not known.
+    pub previous: Option<ExecutorHealthKind>,
     /// The evidence of this host's latest check (queues, workers, task
     /// instances queued); `null` for another host's row, or when the check
     /// gives none.
     #[schema(value_type = Option<Detail>)]
     pub detail: Option<Arc<Detail>>,
+}
+
+/// What the aggregator knows of an executor row beyond what the table holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowExtras {
+    /// The evidence of this host's latest check.
+    pub detail: Option<Arc<Detail>>,
+    /// When the row's current state began.
+    pub since: Option<DateTime<Utc>>,
+    /// The state before it.
+    pub previous: Option<ExecutorHealthKind>,
 }
 
 /// The `executor` entry: Overseer's addition, every supervised executor.
@@ -465,6 +518,29 @@ impl HealthReport {
         thresholds: &Thresholds,
         now: DateTime<Utc>,
     ) -> Self {
+        Self::assemble_with(
+            most_recent,
+            live,
+            &|row| RowExtras {
+                detail: detail(row),
+                ..RowExtras::default()
+            },
+            metadatabase_ok,
+            thresholds,
+            now,
+        )
+    }
+
+    /// [`Self::assemble`], with all that `extras` knows of a row beyond the
+    /// table: its evidence, and since when its state holds.
+    pub fn assemble_with(
+        most_recent: [Option<&job::Model>; 4],
+        live: &[&job::Model],
+        extras: &dyn Fn(&job::Model) -> RowExtras,
+        metadatabase_ok: bool,
+        thresholds: &Thresholds,
+        now: DateTime<Utc>,
+    ) -> Self {
         let alive =
             |row: &job::Model, job_type: JobType| is_alive(row, thresholds.of(job_type), now);
         let of_type = |job_type: JobType| {
@@ -496,16 +572,21 @@ impl HealthReport {
             .filter(|r| r.end_date.is_none())
             .map(|latest| {
                 let mut instances: Vec<ExecutorInstance> = of_type(JobType::ExecutorJob)
-                    .map(|r| ExecutorInstance {
-                        executor: r.executor_class.clone(),
-                        instance: r.executor_instance.clone(),
-                        hostname: r.hostname.clone(),
-                        latest_heartbeat: r.latest_heartbeat,
-                        health: r
-                            .executor_health()
-                            .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string())),
-                        checked_at: r.executor_health_checked_at,
-                        detail: detail(r),
+                    .map(|r| {
+                        let extras = extras(r);
+                        ExecutorInstance {
+                            executor: r.executor_class.clone(),
+                            instance: r.executor_instance.clone(),
+                            hostname: r.hostname.clone(),
+                            latest_heartbeat: r.latest_heartbeat,
+                            health: r
+                                .executor_health()
+                                .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string())),
+                            checked_at: r.executor_health_checked_at,
+                            since: extras.since,
+                            previous: extras.previous,
+                            detail: extras.detail,
+                        }
                     })
                     .collect();
                 instances.sort_by(|a, b| {

@@ -11,6 +11,8 @@
 //! | --- | --- | --- |
 //! | the heartbeat (always) | every open row of this session | `latest_heartbeat = now`, and `executor_health_checked_at = now` where a verdict was written |
 //! | the verdicts (when any changed) | only the rows whose verdict (health or reason) changed | `executor_health`, `executor_health_reason`, `executor_health_checked_at` = when the verdict was made |
+//! | the transitions (when any state changed) | one new `overseer_executor_history` row per change of state, one `INSERT` | see [`crate::history`] |
+//! | the prune (at most once an hour) | `overseer_executor_history` rows older than the retention | deleted |
 //!
 //! So `executor_health_checked_at` is the last time this process stood behind
 //! the verdict: the moment it was made, then the time of every heartbeat while
@@ -30,6 +32,7 @@ use sea_orm::{
 
 use crate::entity::job::{self, Column, Entity as Job};
 use crate::error::Result;
+use crate::history::Transition;
 use crate::job::{ExecutorHealth, JobState, JobType};
 use crate::report::JobRows;
 
@@ -212,6 +215,32 @@ pub async fn flush<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
+    flush_with_history(db, session, now, verdicts, &HistoryWrite::default()).await
+}
+
+/// What a flush writes to the history besides the verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryWrite {
+    /// The transitions the verdicts make, inserted with them.
+    pub transitions: Vec<Transition>,
+    /// Delete the transitions older than this (at most once an hour).
+    pub prune_before: Option<DateTime<Utc>>,
+}
+
+/// [`flush`], with the history in the same transaction: one multi-row
+/// `INSERT` of the transitions when there are some, and one `DELETE` of the
+/// old ones when a prune is due; at most four statements, whatever the
+/// number of executors and transitions. Returns the number of statements run.
+pub async fn flush_with_history<C>(
+    db: &C,
+    session: &Session,
+    now: DateTime<Utc>,
+    verdicts: &[VerdictRow],
+    history: &HistoryWrite,
+) -> Result<usize>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
     let now = to_micros(now);
     let held: Expr = Expr::case(
         Column::ExecutorHealthCheckedAt.is_not_null(),
@@ -230,6 +259,22 @@ where
         let backend = txn.get_database_backend();
         txn.execute_unprepared(&verdict_update(backend, verdicts))
             .await?;
+        statements += 1;
+    }
+    if !history.transitions.is_empty() {
+        let backend = txn.get_database_backend();
+        txn.execute_unprepared(&crate::history::insert_statement(
+            backend,
+            &history.transitions,
+        ))
+        .await?;
+        statements += 1;
+    }
+    if let Some(before) = history.prune_before {
+        let pruned = crate::history::prune(&txn, before).await?;
+        if pruned > 0 {
+            tracing::debug!(rows = pruned, "pruned the executor history");
+        }
         statements += 1;
     }
     txn.commit().await?;
@@ -366,13 +411,18 @@ pub struct RowsRead {
     pub rows: Vec<job::Model>,
     /// The rows are all the live ones, not only the ones that changed.
     pub full: bool,
+    /// With `full`: the latest transition of every executor row in the
+    /// history ([`crate::history::latest`]), for `since` and `previous`.
+    pub transitions: Vec<Transition>,
 }
 
 /// Reads what a report needs besides this session's own rows (the caller holds
 /// those), in five statements whatever the table holds: the most recent job of
 /// each type, and either every other live row (`since` is `None`) or only the
 /// other rows whose heartbeat, `end_date` or verdict time is at or after `since`
-/// (a row that ended, or whose heartbeat or verdict moved, since then).
+/// (a row that ended, or whose heartbeat or verdict moved, since then). A read
+/// of every live row also reads the latest transition of every executor row
+/// (a sixth statement, every few seconds).
 pub async fn read_for_report<C>(
     db: &C,
     session: &Session,
@@ -392,7 +442,14 @@ where
             except: Some(session),
         },
     };
-    in_snapshot(db, async |txn| read_rows(txn, rows, now, horizon).await).await
+    in_snapshot(db, async |txn| {
+        let mut read = read_rows(txn, rows, now, horizon).await?;
+        if read.full {
+            read.transitions = crate::history::latest(txn).await?;
+        }
+        Ok(read)
+    })
+    .await
 }
 
 /// This session's rows as the table holds them (to take their verdicts back
@@ -507,14 +564,16 @@ async fn most_recent(db: &impl ConnectionTrait, job_type: JobType) -> Result<Opt
         .await?)
 }
 
-/// Checks that the table has Overseer's columns, so that a missing migration is
-/// one clear error at start-up rather than a failure at the first write.
+/// Checks that the table has Overseer's columns, and that Overseer's history
+/// table exists, so that a missing migration is one clear error at start-up
+/// rather than a failure at the first write.
 pub async fn check_schema(db: &impl ConnectionTrait) -> Result<()> {
     Job::find().limit(1).all(db).await.map(|_| ()).map_err(|e| {
         crate::Error::Schema(format!(
             "the job table is missing or lacks Overseer's executor columns (run `overseer migrate`): {e}"
         ))
-    })
+    })?;
+    crate::history::check_schema(db).await
 }
 
 /// Running jobs, most recent heartbeat first, as `airflow jobs check` reads them:

@@ -12,7 +12,7 @@ use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail};
 use overseer_core::entity::job;
-use overseer_core::report::{Thresholds, type_index};
+use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
 use overseer_core::{ExecutorHealth, HealthReport, JobState, JobType};
 use tokio::sync::watch;
 
@@ -68,6 +68,20 @@ pub fn report_with_detail(
     metadatabase_ok: bool,
     detail: &dyn Fn(&job::Model) -> Option<Arc<Detail>>,
 ) -> HealthReport {
+    report_with_extras(rows, metadatabase_ok, &|row| RowExtras {
+        detail: detail(row),
+        ..RowExtras::default()
+    })
+}
+
+/// The report the aggregator would publish for `rows`, all read at [`now`],
+/// with what `extras` says of a row beyond the table (its evidence, since
+/// when its state holds, the state before).
+pub fn report_with_extras(
+    rows: Vec<job::Model>,
+    metadatabase_ok: bool,
+    extras: &dyn Fn(&job::Model) -> RowExtras,
+) -> HealthReport {
     let mut most_recent: [Option<&job::Model>; 4] = Default::default();
     for job_type in JobType::ALL {
         most_recent[type_index(job_type)] = rows
@@ -76,10 +90,10 @@ pub fn report_with_detail(
             .max_by_key(|r| r.latest_heartbeat);
     }
     let live: Vec<&job::Model> = rows.iter().collect();
-    let mut report = HealthReport::assemble(
+    let mut report = HealthReport::assemble_with(
         most_recent,
         &live,
-        detail,
+        extras,
         metadatabase_ok,
         &Thresholds::with_heartbeat_interval(Duration::from_secs(5)),
         now(),
@@ -158,10 +172,10 @@ pub fn sparse_detail() -> Detail {
 /// host, and three executors with each verdict (one unhealthy, with its reason).
 /// This host (`sched-1`) has the evidence of its checks: [`full_detail`] for
 /// `CeleryExecutor`, [`sparse_detail`] for `alias:CeleryExecutor`; `sched-2`'s
-/// row has none.
+/// row has none. `CeleryExecutor` is healthy since a minute ago, unhealthy before.
 pub fn full_report() -> HealthReport {
     let (full, sparse) = (Arc::new(full_detail()), Arc::new(sparse_detail()));
-    report_with_detail(
+    report_with_extras(
         vec![
             row(1, JobType::SchedulerJob, 2, "sched-1"),
             row(2, JobType::TriggererJob, 3, "trig-1"),
@@ -182,9 +196,16 @@ pub fn full_report() -> HealthReport {
         ],
         true,
         &|row| match row.id {
-            4 => Some(full.clone()),
-            5 => Some(sparse.clone()),
-            _ => None,
+            4 => RowExtras {
+                detail: Some(full.clone()),
+                since: Some(now() - chrono::Duration::seconds(60)),
+                previous: Some(ExecutorHealthKind::Unhealthy),
+            },
+            5 => RowExtras {
+                detail: Some(sparse.clone()),
+                ..RowExtras::default()
+            },
+            _ => RowExtras::default(),
         },
     )
 }
@@ -219,6 +240,7 @@ impl Harness {
             max_stream_clients,
             open_streams: Arc::default(),
             frame_ancestors: Default::default(),
+            history: None,
         };
         Self {
             state,

@@ -24,13 +24,22 @@
 //!   timeout, not after the pool's 10 s. The aggregator keeps every verdict,
 //!   logs once per outage, retries with back-off, and writes the latest
 //!   verdicts when the database returns.
+//! - **History.** A new verdict whose state (`healthy`, `unhealthy`,
+//!   `unknown`; not its reason) differs from the one the history holds for the
+//!   row queues a transition ([`crate::history`]); the next flush inserts the
+//!   queue in the verdict's own transaction, and a failed flush keeps it (at
+//!   most [`history::MAX_PENDING`]). The state the history holds is read back
+//!   at the first full read, so `since` and `previous` survive restarts; other
+//!   hosts' rows take theirs from the latest transitions every full read
+//!   finds. Old transitions are pruned by a flush, at most once every
+//!   `prune_every`.
 //! - **Risky work in tasks of its own.** Each database call runs as a task of its
 //!   own: a driver that panics fails that write or read, not the aggregator.
 //!   Should the aggregator itself stop or panic, the actors' thread starts a new
 //!   one ([`crate::overseer`]), which takes its own rows' verdicts back from the
 //!   table (or, when the table cannot be read, from the last published report).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -44,10 +53,11 @@ use tokio::time::Instant;
 use crate::connect;
 use crate::detail::Detail;
 use crate::entity::job;
+use crate::history::{self, HistorySettings, RowKey, Transition};
 use crate::job::{ExecutorHealth, JobState, JobType};
-use crate::report::{HealthReport, Thresholds, type_index};
+use crate::report::{ExecutorHealthKind, HealthReport, RowExtras, Thresholds, type_index};
 use crate::stats::ActorRestarts;
-use crate::storage::{self, ExecutorKey, RowsRead, Session, VerdictRow};
+use crate::storage::{self, ExecutorKey, HistoryWrite, RowsRead, Session, VerdictRow};
 
 use super::supervisor::NewVerdict;
 
@@ -97,6 +107,17 @@ pub struct AggregatorStats {
     pub renders: AtomicU64,
     /// Restarts of the core actors after they stopped or panicked.
     pub restarts: ActorRestarts,
+    /// Transitions of a verdict's state this process saw (queued for the history).
+    pub transitions_recorded: AtomicU64,
+    /// Of those, written to the history table.
+    pub transitions_written: AtomicU64,
+    /// Transitions dropped unwritten: the queue was full (over
+    /// [`history::MAX_PENDING`], a long outage), the oldest went first.
+    pub transitions_dropped: AtomicU64,
+    /// Transitions waiting for the database now.
+    pub transitions_pending: AtomicU64,
+    /// Prunes of the history that committed.
+    pub history_prunes: AtomicU64,
 }
 
 /// How often the aggregator writes and reads.
@@ -108,6 +129,8 @@ pub struct AggregatorSettings {
     pub refresh_interval: Duration,
     /// How old a row may be before its component counts as dead.
     pub thresholds: Thresholds,
+    /// How long transitions are kept, and how often old ones are pruned.
+    pub history: HistorySettings,
 }
 
 /// One of this session's executor rows, as this process holds it.
@@ -125,6 +148,17 @@ struct OwnRow {
     written: u64,
     /// The latest evidence beside the verdict: shown in the report, never written.
     detail: Option<Arc<Detail>>,
+    /// The state the history holds as the row's current one (its latest
+    /// transition's, else the registered `unknown`): a verdict of another
+    /// state is a transition. `None` until the history has been read.
+    known: Option<ExecutorHealthKind>,
+    /// When `known` began, if the history says.
+    since: Option<DateTime<Utc>>,
+    /// The state before `known`, if the history says.
+    previous: Option<ExecutorHealthKind>,
+    /// When this aggregator's latest verdict for the row was made (`None`:
+    /// none yet, or only one taken back after a restart).
+    made_at: Option<DateTime<Utc>>,
 }
 
 impl OwnRow {
@@ -132,6 +166,31 @@ impl OwnRow {
         self.row
             .executor_health()
             .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()))
+    }
+
+    /// The row's identity in the history.
+    fn key(&self) -> RowKey {
+        (
+            self.row.hostname.clone().unwrap_or_default(),
+            self.row.executor_class.clone().unwrap_or_default(),
+            self.row.executor_instance.clone(),
+        )
+    }
+
+    /// `since` and `previous` as the report shows them: only while the row
+    /// holds the state they are about.
+    fn extras(&self) -> RowExtras {
+        let current = ExecutorHealthKind::of(&self.health());
+        let (since, previous) = if self.known == Some(current) {
+            (self.since, self.previous)
+        } else {
+            (None, None)
+        };
+        RowExtras {
+            detail: self.detail.clone(),
+            since,
+            previous,
+        }
     }
 
     fn set(&mut self, health: &ExecutorHealth, checked_at: Option<DateTime<Utc>>) {
@@ -215,6 +274,15 @@ pub struct Aggregator {
     writes: Outage,
     reads: Outage,
     stats: Arc<AggregatorStats>,
+    /// Transitions not yet written, each with its sequence number, oldest first.
+    transitions: VecDeque<(u64, Transition)>,
+    /// The sequence number of the next transition queued.
+    next_transition: u64,
+    /// When the history was last pruned (`None`: not yet by this aggregator).
+    last_prune: Option<Instant>,
+    /// Other sessions' rows, by id: the latest transition the last full read
+    /// found for each (`to`, `from`, `at`), for `since` and `previous`.
+    others_since: HashMap<i32, (ExecutorHealthKind, ExecutorHealthKind, DateTime<Utc>)>,
 }
 
 impl Aggregator {
@@ -251,6 +319,10 @@ impl Aggregator {
                 version: 0,
                 written: 0,
                 detail: None,
+                known: None,
+                since: None,
+                previous: None,
+                made_at: None,
             })
             .collect();
         let own_ids = own
@@ -278,7 +350,128 @@ impl Aggregator {
             writes: Outage::default(),
             reads: Outage::default(),
             stats,
+            transitions: VecDeque::new(),
+            next_transition: 0,
+            last_prune: None,
+            others_since: HashMap::new(),
         }
+    }
+
+    /// Queues a transition when the row's verdict, made by this aggregator,
+    /// holds another state than the one the history knows.
+    fn note_state(&mut self, index: usize) {
+        let hostname = self.session.hostname.clone();
+        let own = &mut self.own[index];
+        let (Some(known), Some(at)) = (own.known, own.made_at) else {
+            return;
+        };
+        let health = own.health();
+        let current = ExecutorHealthKind::of(&health);
+        if current == known {
+            return;
+        }
+        let transition = Transition {
+            executor: own.row.executor_class.clone().unwrap_or_default(),
+            instance: own.row.executor_instance.clone(),
+            hostname,
+            from: known,
+            to: current,
+            reason: health.reason().map(str::to_owned),
+            at,
+        };
+        own.known = Some(current);
+        own.previous = Some(known);
+        own.since = Some(at);
+        self.queue(transition);
+    }
+
+    /// Queues a transition for the next flush; past [`history::MAX_PENDING`]
+    /// the oldest is dropped.
+    fn queue(&mut self, transition: Transition) {
+        if self.transitions.len() >= history::MAX_PENDING {
+            self.transitions.pop_front();
+            let dropped = self
+                .stats
+                .transitions_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            if dropped == 0 {
+                tracing::warn!(
+                    max = history::MAX_PENDING,
+                    "too many transitions wait for the database: dropping the oldest"
+                );
+            }
+        }
+        self.transitions
+            .push_back((self.next_transition, transition));
+        self.next_transition += 1;
+        self.stats
+            .transitions_recorded
+            .fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .transitions_pending
+            .store(self.transitions.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Takes in the latest transitions a full read found: other sessions'
+    /// rows' `since`, and, the first time, the state the history holds for
+    /// each of this session's rows.
+    fn take_history(&mut self, latest: Vec<Transition>) {
+        let latest: HashMap<RowKey, Transition> =
+            latest.into_iter().map(|t| (t.key(), t)).collect();
+        self.others_since = self
+            .others
+            .iter()
+            .filter_map(|(id, row)| {
+                let key = (
+                    row.hostname.clone().unwrap_or_default(),
+                    row.executor_class.clone().unwrap_or_default(),
+                    row.executor_instance.clone(),
+                );
+                latest.get(&key).map(|t| (*id, (t.to, t.from, t.at)))
+            })
+            .collect();
+        for index in 0..self.own.len() {
+            let own = &mut self.own[index];
+            if own.known.is_some() {
+                continue;
+            }
+            match latest.get(&own.key()) {
+                Some(t) => {
+                    own.known = Some(t.to);
+                    own.since = Some(t.at);
+                    own.previous = Some(t.from);
+                }
+                // No transition yet: the row holds the state it was registered with.
+                None => own.known = Some(ExecutorHealthKind::Unknown),
+            }
+            self.note_state(index);
+        }
+    }
+
+    /// Whether this flush should prune the history.
+    fn prune_due(&self) -> bool {
+        let settings = self.settings.history;
+        !settings.retention.is_zero()
+            && self
+                .last_prune
+                .is_none_or(|at| at.elapsed() >= settings.prune_every)
+    }
+
+    /// What the next flush writes to the history: every transition queued
+    /// (and the sequence number of the last), and a prune when one is due.
+    fn history_write(&self, now: DateTime<Utc>, prune: bool) -> (HistoryWrite, Option<u64>) {
+        let prune_before = if prune && self.prune_due() {
+            chrono::Duration::from_std(self.settings.history.retention)
+                .ok()
+                .and_then(|retention| now.checked_sub_signed(retention))
+        } else {
+            None
+        };
+        let write = HistoryWrite {
+            transitions: self.transitions.iter().map(|(_, t)| t.clone()).collect(),
+            prune_before,
+        };
+        (write, self.transitions.back().map(|(seq, _)| *seq))
     }
 
     /// The verdicts not yet written, with the version each one carries.
@@ -332,21 +525,37 @@ impl Aggregator {
         self.flushing = true;
         let pending = self.pending();
         let verdicts: Vec<VerdictRow> = pending.iter().map(|(_, _, v)| v.clone()).collect();
+        let (history, last_transition) = self.history_write(now, true);
+        if history.prune_before.is_some() {
+            // Counted from the attempt: a prune that fails (or outlasts the
+            // write's timeout) is tried again in `prune_every`, not at every
+            // flush, so it can never keep the heartbeats from being written.
+            self.last_prune = Some(Instant::now());
+        }
+        let written = (
+            last_transition,
+            history.transitions.len(),
+            history.prune_before.is_some(),
+        );
         let (db, session) = (self.db.clone(), self.session.clone());
         let timeout = connect::write_timeout(self.settings.heartbeat_interval);
         let started = Instant::now();
         let write = in_task("write", timeout, async move {
-            storage::flush(&db, &session, now, &verdicts).await
+            storage::flush_with_history(&db, &session, now, &verdicts, &history).await
         });
         ctx.spawn(write.into_actor(self).map(move |result, act, _| {
             act.flushing = false;
-            act.flushed(pending, result, started.elapsed());
+            act.flushed(pending, written, result, started.elapsed());
         }));
     }
 
+    /// Takes a flush's result: on success the verdicts and transitions it
+    /// wrote are done (`written`: the last transition's sequence number,
+    /// how many, and whether it pruned); on failure all stay for the next.
     fn flushed(
         &mut self,
         pending: Vec<(usize, u64, VerdictRow)>,
+        written: (Option<u64>, usize, bool),
         result: crate::Result<usize>,
         took: Duration,
     ) {
@@ -354,6 +563,19 @@ impl Aggregator {
             Ok(statements) => {
                 for (index, version, _) in &pending {
                     self.own[*index].written = *version;
+                }
+                let (last_transition, transitions, pruned) = written;
+                if let Some(last) = last_transition {
+                    self.transitions.retain(|(seq, _)| *seq > last);
+                }
+                self.stats
+                    .transitions_written
+                    .fetch_add(transitions as u64, Ordering::Relaxed);
+                self.stats
+                    .transitions_pending
+                    .store(self.transitions.len() as u64, Ordering::Relaxed);
+                if pruned {
+                    self.stats.history_prunes.fetch_add(1, Ordering::Relaxed);
                 }
                 let stats = &self.stats;
                 stats.flushes.fetch_add(1, Ordering::Relaxed);
@@ -426,6 +648,7 @@ impl Aggregator {
                 stats
                     .last_read_rows
                     .store(read.rows.len() as u64, Ordering::Relaxed);
+                let latest = read.full.then_some(read.transitions);
                 if read.full {
                     stats.full_reads.fetch_add(1, Ordering::Relaxed);
                     self.others.clear();
@@ -447,6 +670,9 @@ impl Aggregator {
                     .unwrap_or(chrono::Duration::MAX);
                 self.others
                     .retain(|_, row| row.latest_heartbeat.is_some_and(|h| started - h < horizon));
+                if let Some(latest) = latest {
+                    self.take_history(latest);
+                }
                 self.read_since = Some(started);
                 self.metadatabase_ok = true;
                 if let Some(outage) = self.reads.succeeded() {
@@ -572,14 +798,24 @@ impl Aggregator {
         most_recent[executor] = self.most_recent_executor();
         let own_ids = &self.own_ids;
         let own = &self.own;
-        let detail = |row: &job::Model| {
-            let index = *own_ids.get(&row.id)?;
-            own[index].detail.clone()
+        let others_since = &self.others_since;
+        let extras = |row: &job::Model| {
+            if let Some(&index) = own_ids.get(&row.id) {
+                return own[index].extras();
+            }
+            match others_since.get(&row.id) {
+                Some((to, from, at)) if to.as_str() == row.executor_health => RowExtras {
+                    detail: None,
+                    since: Some(*at),
+                    previous: Some(*from),
+                },
+                _ => RowExtras::default(),
+            }
         };
-        let mut report = HealthReport::assemble(
+        let mut report = HealthReport::assemble_with(
             most_recent,
             &live,
-            &detail,
+            &extras,
             self.metadatabase_ok,
             &self.settings.thresholds,
             now,
@@ -683,12 +919,12 @@ impl Handler<NewVerdict> for Aggregator {
             }
             return;
         }
-        own.set(
-            &verdict.health,
-            Some(storage::to_micros(verdict.checked_at)),
-        );
+        let made_at = storage::to_micros(verdict.checked_at);
+        own.set(&verdict.health, Some(made_at));
+        own.made_at = Some(made_at);
         own.fresh = true;
         own.version += 1;
+        self.note_state(verdict.executor);
         self.publish_soon(ctx);
     }
 }
@@ -705,13 +941,21 @@ impl Handler<Finish> for Aggregator {
     fn handle(&mut self, _: Finish, _: &mut Context<Self>) -> Self::Result {
         self.finished = true;
         let pending = self.pending();
+        let (history, _) = self.history_write(Utc::now(), false);
         let (db, session) = (self.db.clone(), self.session.clone());
         let timeout = connect::write_timeout(self.settings.heartbeat_interval);
         let finish = async move {
             let verdicts: Vec<VerdictRow> = pending.into_iter().map(|(_, _, v)| v).collect();
             let (flush_db, flush_session) = (db.clone(), session.clone());
             in_task("write", timeout, async move {
-                storage::flush(&flush_db, &flush_session, Utc::now(), &verdicts).await
+                storage::flush_with_history(
+                    &flush_db,
+                    &flush_session,
+                    Utc::now(),
+                    &verdicts,
+                    &history,
+                )
+                .await
             })
             .await?;
             let ended = in_task("write", timeout, async move {

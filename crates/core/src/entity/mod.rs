@@ -1,3 +1,4 @@
-//! sea-orm entities. There is one table: Airflow's `job`.
+//! sea-orm entities: Airflow's `job` table, and Overseer's own history table.
 
+pub mod history;
 pub mod job;

@@ -123,7 +123,8 @@ fn every_shape() -> Vec<job::Model> {
 /// The JSON is what the hand-written renderer wrote before the report's
 /// types wrote it themselves, byte for byte: Airflow's fields in Airflow's
 /// order, `null`s, and Python's `isoformat()`; each executor instance has
-/// gained `detail` since (null for rows read from the table).
+/// gained `detail` since (null for rows read from the table), then `since`
+/// and `previous` (null when nothing says).
 #[test]
 fn the_json_is_byte_for_byte_what_it_always_was() {
     let mut job_rows = JobRows::default();
@@ -148,7 +149,7 @@ fn the_json_is_byte_for_byte_what_it_always_was() {
     let full = HealthReport::build(&job_rows, true, &thresholds(), now());
     assert_eq!(
         full.json(),
-        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":"not checked yet","checked_at":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00","detail":null}]}}"##
+        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","since":null,"previous":null,"detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":"not checked yet","checked_at":null,"since":null,"previous":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é\n\\","checked_at":"2026-11-29T19:48:48.000005+00:00","since":null,"previous":null,"detail":null}]}}"##
     );
     let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
     assert_eq!(
@@ -414,9 +415,54 @@ fn an_executor_instance_carries_its_verdict_reason_and_check_time() {
                 "health": "unhealthy",
                 "reason": "broker unreachable: connection refused",
                 "checked_at": "2026-11-29T19:48:46.365305+00:00",
+                "since": null,
+                "previous": null,
                 "detail": null,
             }],
         })
+    );
+}
+
+/// `since` and `previous` are what the aggregator says of a row, written as
+/// the other times (Python's `isoformat()`) and states are; nothing said, both
+/// are `null`.
+#[test]
+fn an_executor_instance_says_since_when_its_state_holds_and_the_one_before() {
+    let rows = [
+        executor_row(7, 2, "sched-1", ExecutorHealth::unhealthy("broker down")),
+        executor_row(8, 2, "sched-2", ExecutorHealth::Healthy),
+    ];
+    let live: Vec<&job::Model> = rows.iter().collect();
+    let mut most_recent: [Option<&job::Model>; 4] = Default::default();
+    most_recent[type_index(JobType::ExecutorJob)] = Some(&rows[0]);
+    let mut report = HealthReport::assemble_with(
+        most_recent,
+        &live,
+        &|row: &job::Model| match row.id {
+            7 => RowExtras {
+                detail: None,
+                since: Some(now() - chrono::Duration::seconds(90)),
+                previous: Some(ExecutorHealthKind::Healthy),
+            },
+            _ => RowExtras::default(),
+        },
+        true,
+        &thresholds(),
+        now(),
+    );
+    report.render();
+    let body: serde_json::Value = serde_json::from_str(report.json()).unwrap();
+    let instances = &body["executor"]["instances"];
+    assert_eq!(instances[0]["since"], "2026-11-29T19:47:18.365305+00:00");
+    assert_eq!(instances[0]["previous"], "healthy");
+    assert_eq!(instances[1]["since"], serde_json::Value::Null);
+    assert_eq!(instances[1]["previous"], serde_json::Value::Null);
+    assert!(
+        report
+            .json()
+            .contains(r#""checked_at":"2026-11-29T19:48:46.365305+00:00","since":"2026-11-29T19:47:18.365305+00:00","previous":"healthy","detail":null"#),
+        "{}",
+        report.json()
     );
 }
 

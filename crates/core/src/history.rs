@@ -1,0 +1,309 @@
+//! The history of verdict states: every time an executor's verdict went from
+//! one state (`healthy`, `unhealthy`, `unknown`) to another, kept in Overseer's
+//! own table, `overseer_executor_history` ([`crate::entity::history`]).
+//!
+//! - **Where a transition is seen.** The aggregator holds each of this host's
+//!   verdicts; a new verdict whose *state* differs from the one the history
+//!   knows for the row (a new reason alone is not a transition) queues a
+//!   [`Transition`]: the executor, instance, host, both states, the new reason,
+//!   and when the new verdict was made.
+//! - **Written with the verdict.** The queue is written by the aggregator's
+//!   flush, one multi-row `INSERT` in the same transaction as the verdict it
+//!   records ([`crate::storage`]). A flush that fails keeps the queue, so a
+//!   transition made while the database is away is written when it returns.
+//!   The queue holds at most [`MAX_PENDING`] (the oldest go first, counted in
+//!   `AggregatorStats::history_dropped`).
+//! - **Since when.** The report's `since` and `previous` for each executor
+//!   instance come from the aggregator for this host's rows (the latest
+//!   transition read back at start, then each one it makes), and for other
+//!   hosts' rows from the latest transition of each row, read at every full
+//!   read (every [`crate::actors::aggregator::FULL_READ_EVERY`], one statement).
+//! - **Pruned.** Rows older than [`HistorySettings::retention`] are deleted by
+//!   a flush at most once every [`HistorySettings::prune_every`] (one
+//!   statement); a zero retention keeps every row.
+//! - **Read.** [`HistoryReader`] answers `GET /api/v2/monitor/health/history`:
+//!   a small pool of its own, each read bounded by [`READ_TIMEOUT`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, Statement,
+};
+use serde::{Serialize, Serializer};
+use utoipa::ToSchema;
+
+use crate::entity::history::{self, Column, Entity as History};
+use crate::error::{Error, Result};
+use crate::report::{ExecutorHealthKind, airflow_timestamp};
+
+/// The table's name.
+pub const TABLE: &str = "overseer_executor_history";
+
+/// How long transitions are kept by default: two weeks, long enough to look
+/// back over the last on-call rotation.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// How often, at most, old transitions are pruned: one `DELETE` an hour.
+pub const DEFAULT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// The most transitions the aggregator keeps waiting for the database: an
+/// outage of hours with every executor flapping fits; past it the oldest are
+/// dropped (and counted), so memory stays bounded however long it lasts.
+pub const MAX_PENDING: usize = 10_000;
+
+/// Transitions a history read returns when no `limit` is given.
+pub const DEFAULT_LIMIT: u64 = 100;
+
+/// The most transitions one history read returns.
+pub const MAX_LIMIT: u64 = 1_000;
+
+/// How long a history read may take (waiting for a connection included)
+/// before the endpoint answers 503: a database that does not answer fails
+/// the request, not the service.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections of the reader's pool: reads of the history are rare (a person
+/// looking), and never take the aggregator's connections.
+pub const READER_CONNECTIONS: u32 = 2;
+
+/// How long transitions are kept, and how often old ones are pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistorySettings {
+    /// Transitions older than this are deleted; zero keeps them forever.
+    pub retention: Duration,
+    /// The least time between two prunes.
+    pub prune_every: Duration,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        Self {
+            retention: DEFAULT_RETENTION,
+            prune_every: DEFAULT_PRUNE_EVERY,
+        }
+    }
+}
+
+/// One change of an executor's verdict state, as the table and the endpoint
+/// hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Transition {
+    /// As Airflow names it: `CeleryExecutor`, `alias:CeleryExecutor`.
+    pub executor: String,
+    /// What counts as the instance: for Celery the broker, without credentials.
+    pub instance: Option<String>,
+    /// The host of the supervisor that made the verdict.
+    pub hostname: String,
+    /// The state before.
+    pub from: ExecutorHealthKind,
+    /// The state after.
+    pub to: ExecutorHealthKind,
+    /// The new verdict's reason (`null` for `healthy`); never a credential.
+    pub reason: Option<String>,
+    /// When the new verdict was made, as Python's `isoformat()` writes it.
+    #[serde(serialize_with = "timestamp")]
+    #[schema(value_type = String, format = DateTime)]
+    pub at: DateTime<Utc>,
+}
+
+fn timestamp<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&airflow_timestamp(*at))
+}
+
+impl Transition {
+    /// The transition a row holds.
+    pub fn from_row(row: history::Model) -> Result<Self> {
+        Ok(Self {
+            executor: row.executor,
+            instance: row.instance,
+            hostname: row.hostname,
+            from: row.from_health.parse()?,
+            to: row.to_health.parse()?,
+            reason: row.reason,
+            at: row.at,
+        })
+    }
+
+    /// The row it is about: `(hostname, executor, instance)`.
+    pub fn key(&self) -> RowKey {
+        (
+            self.hostname.clone(),
+            self.executor.clone(),
+            self.instance.clone(),
+        )
+    }
+}
+
+/// An executor row's identity across sessions: `(hostname, executor, instance)`.
+pub type RowKey = (String, String, Option<String>);
+
+/// Which transitions a read returns: of one executor, one instance, at or
+/// after a time; at most `limit`, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryFilter {
+    /// Only this executor's (its configured name).
+    pub executor: Option<String>,
+    /// Only this instance's.
+    pub instance: Option<String>,
+    /// Only those at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// At most this many (within 1 and [`MAX_LIMIT`]).
+    pub limit: u64,
+}
+
+impl Default for HistoryFilter {
+    fn default() -> Self {
+        Self {
+            executor: None,
+            instance: None,
+            since: None,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+}
+
+/// The transitions `filter` selects, newest first (by `at`, then by the order
+/// they were written): one statement.
+pub async fn read(db: &impl ConnectionTrait, filter: &HistoryFilter) -> Result<Vec<Transition>> {
+    let mut query = History::find();
+    if let Some(executor) = &filter.executor {
+        query = query.filter(Column::Executor.eq(executor.as_str()));
+    }
+    if let Some(instance) = &filter.instance {
+        query = query.filter(Column::Instance.eq(instance.as_str()));
+    }
+    if let Some(since) = filter.since {
+        query = query.filter(Column::At.gte(crate::storage::to_micros(since)));
+    }
+    query
+        .order_by_desc(Column::At)
+        .order_by_desc(Column::Id)
+        .limit(filter.limit.clamp(1, MAX_LIMIT))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Transition::from_row)
+        .collect()
+}
+
+/// The latest transition of every executor row (by host, executor and
+/// instance), for the report's `since` and `previous`: one statement, whose
+/// work grows with the rows the history keeps (at most `retention`'s worth).
+pub async fn latest(db: &impl ConnectionTrait) -> Result<Vec<Transition>> {
+    let sql = format!(
+        "SELECT h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, h.reason, h.at \
+         FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} GROUP BY hostname, executor, instance) m \
+         ON h.id = m.id"
+    );
+    History::find()
+        .from_raw_sql(Statement::from_string(db.get_database_backend(), sql))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(Transition::from_row)
+        .collect()
+}
+
+/// Deletes the transitions older than `before`: one statement. Returns how
+/// many it deleted.
+pub async fn prune(db: &impl ConnectionTrait, before: DateTime<Utc>) -> Result<u64> {
+    Ok(History::delete_many()
+        .filter(Column::At.lt(crate::storage::to_micros(before)))
+        .exec(db)
+        .await?
+        .rows_affected)
+}
+
+/// One `INSERT` of every transition, their values written into the SQL
+/// (escaped by sea-query for the backend, times as the driver would bind
+/// them), so that no parameter limit bounds how many one statement takes.
+pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -> String {
+    use sea_orm::sea_query::{
+        MysqlQueryBuilder, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
+    };
+    let literal = |value: sea_orm::Value| match backend {
+        DbBackend::Postgres => PostgresQueryBuilder.value_to_string(&value),
+        DbBackend::MySql => MysqlQueryBuilder.value_to_string(&value),
+        _ => SqliteQueryBuilder.value_to_string(&value),
+    };
+    let rows: Vec<String> = transitions
+        .iter()
+        .map(|t| {
+            format!(
+                "({}, {}, {}, {}, {}, {}, {})",
+                literal(t.executor.clone().into()),
+                literal(t.instance.clone().into()),
+                literal(t.hostname.clone().into()),
+                literal(t.from.as_str().into()),
+                literal(t.to.as_str().into()),
+                literal(t.reason.clone().into()),
+                crate::storage::timestamp_literal(backend, t.at),
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO {TABLE} (executor, instance, hostname, from_health, to_health, reason, at) VALUES {}",
+        rows.join(", ")
+    )
+}
+
+/// Checks that the history table exists, so that a missing migration is one
+/// clear error at start-up.
+pub async fn check_schema(db: &impl ConnectionTrait) -> Result<()> {
+    History::find()
+        .limit(1)
+        .all(db)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            Error::Schema(format!(
+                "the {TABLE} table is missing (run `overseer migrate`): {e}"
+            ))
+        })
+}
+
+/// Reads the history for the HTTP API: a pool of [`READER_CONNECTIONS`] of
+/// its own, opened lazily (a database that is away at start fails reads, not
+/// start-up), each read bounded by [`READ_TIMEOUT`].
+#[derive(Debug, Clone)]
+pub struct HistoryReader {
+    db: DatabaseConnection,
+    timeout: Duration,
+}
+
+impl HistoryReader {
+    /// A reader of the database at `url` (which carries its password: call
+    /// this only where the connection is made).
+    pub async fn connect(url: &str) -> Result<Self> {
+        let mut options = crate::connect::options(url);
+        options
+            .max_connections(READER_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(READ_TIMEOUT)
+            .connect_lazy(true);
+        Ok(Self::new(sea_orm::Database::connect(options).await?))
+    }
+
+    /// A reader over a connection the caller opened.
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self {
+            db,
+            timeout: READ_TIMEOUT,
+        }
+    }
+
+    /// The transitions `filter` selects, newest first, or an error when the
+    /// database fails or does not answer within [`READ_TIMEOUT`].
+    pub async fn transitions(&self, filter: &HistoryFilter) -> Result<Vec<Transition>> {
+        tokio::time::timeout(self.timeout, read(&self.db, filter))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Runtime(format!(
+                    "the database did not answer within {}",
+                    crate::duration::short(self.timeout)
+                )))
+            })
+    }
+}

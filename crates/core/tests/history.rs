@@ -1,0 +1,534 @@
+//! The history of verdict states on real databases: a transition recorded with
+//! its states, reason and time in the verdict's own transaction, `since` and
+//! `previous` in the report (kept across a restart, and read for another
+//! host's rows), a transition made while Postgres is killed written when it
+//! returns, and old transitions pruned.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use overseer_core::entity::{history as history_row, job};
+use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
+use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
+use overseer_core::storage::{self, HistoryWrite, Session};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType, Overseer};
+use overseer_migration::{Migrator, MigratorTrait};
+use overseer_testkit::TestDb;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+};
+
+/// The longest a test waits for something the actors do every 100-200 ms
+/// (or, for another host's rows, at the next full read, every 10 s).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A check whose answer the test sets.
+#[derive(Clone)]
+struct Switch(Arc<Mutex<ExecutorHealth>>);
+
+impl Switch {
+    fn new(health: ExecutorHealth) -> Self {
+        Self(Arc::new(Mutex::new(health)))
+    }
+
+    fn set(&self, health: ExecutorHealth) {
+        *self.0.lock().unwrap() = health;
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Switch {
+    async fn get_health(&self) -> ExecutorHealth {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn quick(url: &str, host: &str) -> overseer_core::OverseerBuilder {
+    Overseer::builder()
+        .database(url)
+        .hostname(host)
+        .poll_interval(Duration::from_millis(200))
+        .poll_timeout(Duration::from_millis(150))
+        .heartbeat_interval(Duration::from_millis(200))
+        .refresh_interval(Duration::from_millis(100))
+}
+
+const BROKER: &str = "redis://broker:6379/0";
+
+fn celery(check: &Switch) -> Executor {
+    Executor::new("CeleryExecutor", check.clone()).with_instance(BROKER)
+}
+
+/// Waits until the published report satisfies `done`.
+async fn report_until(
+    overseer: &Overseer,
+    what: &str,
+    done: impl Fn(&HealthReport) -> bool,
+) -> Arc<HealthReport> {
+    let mut reports = overseer.watch();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let report = reports.borrow_and_update().clone();
+            if done(&report) {
+                return report;
+            }
+            reports.changed().await.expect("the actors run");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{what}: not seen within {PATIENCE:?}; last: {}",
+            overseer.report().json()
+        )
+    })
+}
+
+/// The executor instance of `host` in a report.
+fn instance<'a>(report: &'a HealthReport, host: &str) -> Option<&'a ExecutorInstance> {
+    report
+        .executor
+        .as_ref()?
+        .instances
+        .iter()
+        .find(|i| i.hostname.as_deref() == Some(host))
+}
+
+/// Every transition in the table, oldest first.
+async fn transitions(db: &DatabaseConnection) -> Vec<Transition> {
+    history_row::Entity::find()
+        .order_by_asc(history_row::Column::Id)
+        .all(db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| Transition::from_row(row).unwrap())
+        .collect()
+}
+
+/// Polls the table until `done` holds for its transitions.
+async fn transitions_until(
+    db: &DatabaseConnection,
+    what: &str,
+    done: impl Fn(&[Transition]) -> bool,
+) -> Vec<Transition> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(rows) = history_row::Entity::find()
+            .order_by_asc(history_row::Column::Id)
+            .all(db)
+            .await
+        {
+            let found: Vec<Transition> = rows
+                .into_iter()
+                .map(|row| Transition::from_row(row).unwrap())
+                .collect();
+            if done(&found) {
+                return found;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not seen within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The transitions a flip makes, recorded with both states, the reason and
+/// the verdict's own time; the table holds a verdict only with its transition
+/// (same transaction), and `since`/`previous` follow, across a restart too.
+async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
+    Migrator::up(&db.conn, None).await.unwrap();
+    let backend = db.backend;
+    let check = Switch::new(ExecutorHealth::Healthy);
+    let overseer = quick(&db.url, "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    let healthy = report_until(&overseer, "healthy", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.health == ExecutorHealth::Healthy)
+    })
+    .await;
+    let first = instance(&healthy, "sched-1").unwrap();
+    assert_eq!(
+        first.previous,
+        Some(ExecutorHealthKind::Unknown),
+        "{backend:?}"
+    );
+    assert_eq!(
+        first.since, first.checked_at,
+        "{backend:?}: since the first verdict"
+    );
+    let healthy_since = first.since.unwrap();
+
+    // The reason changes, the state does not: no transition.
+    check.set(ExecutorHealth::unhealthy("broker refused the connection"));
+    let unhealthy = report_until(&overseer, "unhealthy", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.health.as_str() == "unhealthy")
+    })
+    .await;
+    let made = instance(&unhealthy, "sched-1").unwrap().clone();
+    assert_eq!(
+        made.previous,
+        Some(ExecutorHealthKind::Healthy),
+        "{backend:?}"
+    );
+    assert_eq!(made.since, made.checked_at, "{backend:?}");
+    check.set(ExecutorHealth::unhealthy("broker timed out"));
+    report_until(&overseer, "a new reason", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.health.reason() == Some("broker timed out"))
+    })
+    .await;
+    let same_state = overseer.report();
+    let same_state = instance(&same_state, "sched-1").unwrap();
+    assert_eq!(
+        same_state.since, made.since,
+        "{backend:?}: a reason is no transition"
+    );
+    assert_eq!(same_state.previous, Some(ExecutorHealthKind::Healthy));
+
+    // Whenever the table holds the unhealthy verdict, it holds its transition:
+    // both are written by one transaction.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let rows = job::Entity::find()
+            .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .all(&db.conn)
+            .await
+            .unwrap();
+        let written = transitions(&db.conn).await;
+        if rows.iter().any(|r| r.executor_health == "unhealthy") {
+            assert!(
+                written
+                    .iter()
+                    .any(|t| t.to == ExecutorHealthKind::Unhealthy),
+                "{backend:?}: the verdict is written, its transition is not: {written:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{backend:?}: the verdict is never written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    overseer.shutdown().await.unwrap();
+
+    let written = transitions(&db.conn).await;
+    assert_eq!(
+        written,
+        [
+            Transition {
+                executor: "CeleryExecutor".into(),
+                instance: Some(BROKER.into()),
+                hostname: "sched-1".into(),
+                from: ExecutorHealthKind::Unknown,
+                to: ExecutorHealthKind::Healthy,
+                reason: None,
+                at: healthy_since,
+            },
+            Transition {
+                executor: "CeleryExecutor".into(),
+                instance: Some(BROKER.into()),
+                hostname: "sched-1".into(),
+                from: ExecutorHealthKind::Healthy,
+                to: ExecutorHealthKind::Unhealthy,
+                reason: Some("broker refused the connection".into()),
+                at: made.since.unwrap(),
+            },
+        ],
+        "{backend:?}"
+    );
+
+    // A new process on the same host takes `since` back from the history:
+    // the same state is no new transition.
+    let overseer = quick(&db.url, "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    let again = report_until(&overseer, "unhealthy again, with its since", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.checked_at.is_some() && i.since.is_some())
+    })
+    .await;
+    let again = instance(&again, "sched-1").unwrap();
+    assert_eq!(
+        again.since, made.since,
+        "{backend:?}: kept across the restart"
+    );
+    assert_eq!(again.previous, Some(ExecutorHealthKind::Healthy));
+    overseer.shutdown().await.unwrap();
+    assert_eq!(transitions(&db.conn).await.len(), 2, "{backend:?}");
+}
+
+#[tokio::test]
+async fn a_flip_is_recorded_with_its_verdict_on_sqlite() {
+    a_flip_is_recorded_with_its_verdict(overseer_testkit::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn a_flip_is_recorded_with_its_verdict_on_postgres() {
+    if let Some(db) = overseer_testkit::postgres().await {
+        a_flip_is_recorded_with_its_verdict(db).await;
+    }
+}
+
+#[tokio::test]
+async fn a_flip_is_recorded_with_its_verdict_on_mariadb() {
+    if let Some(db) = overseer_testkit::mariadb().await {
+        a_flip_is_recorded_with_its_verdict(db).await;
+    }
+}
+
+/// Another host's row shows `since` and `previous` from the history, read at
+/// the next full read.
+#[tokio::test]
+async fn another_host_s_row_shows_since_from_the_history() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let check = Switch::new(ExecutorHealth::unhealthy("broker down"));
+    let one = quick(&db.url, "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    let made = report_until(&one, "unhealthy on sched-1", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.since.is_some())
+    })
+    .await;
+    let made = instance(&made, "sched-1").unwrap().clone();
+    transitions_until(&db.conn, "the transition written", |t| t.len() == 1).await;
+
+    let two = quick(&db.url, "sched-2").start().await.unwrap();
+    let seen = report_until(&two, "sched-1's since, seen from sched-2", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.since.is_some())
+    })
+    .await;
+    let seen = instance(&seen, "sched-1").unwrap();
+    assert_eq!(seen.since, made.since);
+    assert_eq!(seen.previous, Some(ExecutorHealthKind::Unknown));
+    assert_eq!(seen.detail, None, "another host's row");
+    two.shutdown().await.unwrap();
+    one.shutdown().await.unwrap();
+}
+
+/// THE OUTAGE: Postgres is killed, the check flips while it is down, Postgres
+/// comes back on the same port and data folder, and the transition made
+/// during the outage is in the history (and read by the API's reader).
+#[tokio::test]
+async fn a_transition_made_while_postgres_is_down_is_in_the_history_when_it_returns() {
+    let server = match overseer_testkit::throwaway::ThrowawayPostgres::start() {
+        Ok(server) => server,
+        Err(e) => {
+            overseer_testkit::unavailable::<()>("a throwaway PostgreSQL server", e);
+            return;
+        }
+    };
+    let setup = sea_orm::Database::connect(server.url()).await.unwrap();
+    Migrator::up(&setup, None).await.unwrap();
+    setup.close().await.unwrap();
+
+    let check = Switch::new(ExecutorHealth::Healthy);
+    let overseer = quick(&server.url(), "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    let db = sea_orm::Database::connect(server.url()).await.unwrap();
+    transitions_until(&db, "unknown -> healthy written", |t| {
+        t.iter().any(|t| t.to == ExecutorHealthKind::Healthy)
+    })
+    .await;
+    db.close().await.unwrap();
+
+    server.kill();
+    check.set(ExecutorHealth::unhealthy("broker down during the outage"));
+    let during = report_until(&overseer, "the flip, while the database is down", |r| {
+        r.metadatabase == Status::Unhealthy
+            && instance(r, "sched-1").is_some_and(|i| i.health.as_str() == "unhealthy")
+    })
+    .await;
+    let made = instance(&during, "sched-1").unwrap().clone();
+    assert_eq!(made.previous, Some(ExecutorHealthKind::Healthy));
+    // The flush that would have written it fails, and keeps it.
+    let stats = overseer.aggregator_stats();
+    let failures = stats.flush_failures.load(Ordering::Relaxed);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while stats.flush_failures.load(Ordering::Relaxed) <= failures {
+        assert!(tokio::time::Instant::now() < deadline, "no write failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stats.transitions_pending.load(Ordering::Relaxed), 1);
+
+    server.resume().unwrap();
+    let db = sea_orm::Database::connect(server.url()).await.unwrap();
+    let written = transitions_until(&db, "the outage's transition written", |t| {
+        t.iter().any(|t| t.to == ExecutorHealthKind::Unhealthy)
+    })
+    .await;
+    let transition = written.last().unwrap();
+    assert_eq!(
+        (transition.from, transition.to, transition.reason.as_deref()),
+        (
+            ExecutorHealthKind::Healthy,
+            ExecutorHealthKind::Unhealthy,
+            Some("broker down during the outage")
+        )
+    );
+    assert_eq!(Some(transition.at), made.since, "made during the outage");
+    assert_eq!(stats.transitions_dropped.load(Ordering::Relaxed), 0);
+
+    // The API's reader finds it, newest first.
+    let reader = HistoryReader::connect(&server.url()).await.unwrap();
+    let read = reader
+        .transitions(&HistoryFilter {
+            executor: Some("CeleryExecutor".into()),
+            ..HistoryFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.first(), Some(transition));
+    overseer.shutdown().await.unwrap();
+    db.close().await.unwrap();
+}
+
+fn old_transition(at: chrono::DateTime<Utc>, reason: &str) -> Transition {
+    Transition {
+        executor: "CeleryExecutor".into(),
+        instance: Some(BROKER.into()),
+        hostname: "sched-0".into(),
+        from: ExecutorHealthKind::Healthy,
+        to: ExecutorHealthKind::Unhealthy,
+        reason: Some(reason.into()),
+        at,
+    }
+}
+
+/// The flush's prune deletes transitions older than the retention and keeps
+/// the rest, on every backend, in the flush's transaction.
+#[tokio::test]
+async fn a_flush_prunes_transitions_older_than_the_retention() {
+    for db in overseer_testkit::all_backends().await {
+        Migrator::up(&db.conn, None).await.unwrap();
+        let session = Session::start("sched-1", "airflow");
+        storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
+            .await
+            .unwrap();
+        let old = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
+        let recent = Utc::now() - chrono::Duration::hours(1);
+        let write = HistoryWrite {
+            transitions: vec![
+                old_transition(old, "old, it's 'quoted'"),
+                old_transition(recent, "recent"),
+            ],
+            prune_before: None,
+        };
+        let statements = storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
+            .await
+            .unwrap();
+        assert_eq!(
+            statements, 2,
+            "{:?}: the heartbeat and the insert",
+            db.backend
+        );
+        assert_eq!(transitions(&db.conn).await.len(), 2, "{:?}", db.backend);
+
+        let prune = HistoryWrite {
+            transitions: Vec::new(),
+            prune_before: Some(Utc::now() - chrono::Duration::days(14)),
+        };
+        let statements = storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &prune)
+            .await
+            .unwrap();
+        assert_eq!(
+            statements, 2,
+            "{:?}: the heartbeat and the prune",
+            db.backend
+        );
+        let kept = transitions(&db.conn).await;
+        assert_eq!(kept.len(), 1, "{:?}: {kept:?}", db.backend);
+        assert_eq!(kept[0].reason.as_deref(), Some("recent"));
+        assert_eq!(
+            kept[0].at,
+            storage_micros(recent),
+            "{:?}: the time reads back",
+            db.backend
+        );
+    }
+}
+
+fn storage_micros(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    use chrono::Timelike;
+    at.with_nanosecond(at.nanosecond() / 1_000 * 1_000).unwrap()
+}
+
+/// A running Overseer prunes by itself, at most once per `prune_every` (here
+/// shortened), and a zero retention keeps everything.
+#[tokio::test]
+async fn a_running_overseer_prunes_the_history_and_a_zero_retention_keeps_it() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let insert = |at: chrono::DateTime<Utc>| {
+        let conn = db.conn.clone();
+        async move {
+            conn.execute_unprepared(&format!(
+                "INSERT INTO {} (executor, instance, hostname, from_health, to_health, reason, at) \
+                 VALUES ('CeleryExecutor', NULL, 'sched-0', 'healthy', 'unhealthy', 'old', '{}')",
+                history::TABLE,
+                at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
+            ))
+            .await
+            .unwrap();
+        }
+    };
+    let month_ago = Utc::now() - chrono::Duration::days(30);
+
+    // Retention zero: kept forever.
+    insert(month_ago).await;
+    let keep = quick(&db.url, "sched-1")
+        .history(HistorySettings {
+            retention: Duration::ZERO,
+            prune_every: Duration::from_millis(100),
+        })
+        .start()
+        .await
+        .unwrap();
+    let stats = keep.aggregator_stats();
+    let flushes = stats.flushes.load(Ordering::Relaxed);
+    while stats.flushes.load(Ordering::Relaxed) < flushes + 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stats.history_prunes.load(Ordering::Relaxed), 0);
+    keep.shutdown().await.unwrap();
+    assert_eq!(
+        transitions(&db.conn).await.len(),
+        1,
+        "kept with retention 0"
+    );
+
+    // A week's retention, pruned at the first flush and again after a later
+    // old row is inserted.
+    let prune = quick(&db.url, "sched-1")
+        .history(HistorySettings {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            prune_every: Duration::from_millis(100),
+        })
+        .start()
+        .await
+        .unwrap();
+    transitions_until(&db.conn, "the old row pruned", |t| t.is_empty()).await;
+    insert(month_ago).await;
+    transitions_until(&db.conn, "the second old row pruned", |t| t.is_empty()).await;
+    assert!(
+        prune
+            .aggregator_stats()
+            .history_prunes
+            .load(Ordering::Relaxed)
+            >= 2
+    );
+    prune.shutdown().await.unwrap();
+}
