@@ -5,6 +5,7 @@
 //! only puts the pieces together.
 //!
 //! # Layout
+//! - [`alerts`]: webhooks told when an executor turns unhealthy and healthy again.
 //! - [`cli`]: the command line (clap): `serve`, `migrate`, `config`.
 //! - [`config`]: the layered configuration and its checks.
 //! - [`secret`]: URLs whose passwords never show (from `overseer-core`).
@@ -15,6 +16,7 @@
 //! - [`probe`]: `overseer health` and `overseer jobs check`.
 //! - [`serve`]: the running service, until SIGTERM or Ctrl-C.
 
+pub mod alerts;
 pub mod cli;
 pub mod config;
 pub mod db;

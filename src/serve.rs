@@ -61,10 +61,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while starting the supervisor")?;
 
+    // Alerts read the published reports, on this runtime; deliveries on threads of their own.
+    let alerts =
+        crate::alerts::Notifier::start(&config.alerts, &config.supervisor.hostname, &overseer);
+
     let (stopping, stopping_rx) = watch::channel(false);
     let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
+    // The history route reads the database through a small pool of its own.
+    let history = overseer_core::history::HistoryReader::connect(url.expose_secret())
+        .await
+        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
+        .context("while opening the history reader")?;
     let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients)
-        .with_frame_ancestors(frame_ancestors);
+        .with_history(history)
+        .with_frame_ancestors(frame_ancestors)
+        .with_extra_metrics(alerts.stats());
     let tls = tls_config(&config.api)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let server = overseer_api::server(state, listener, limits.max_connections, tls)
@@ -75,13 +86,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         database = %url,
         hostname = %config.supervisor.hostname,
         executors = config.executors.len(),
+        alerts = config.alerts.len(),
         "overseer is running, listening on {scheme}://{address}"
     );
 
     shutdown.await;
     tracing::info!("shutting down: writing the last verdicts");
     let _ = stopping.send(true);
-    let (ended, ()) = tokio::join!(overseer.shutdown(), http.stop(true));
+    let (ended, (), ()) = tokio::join!(overseer.shutdown(), http.stop(true), alerts.stop());
     ended
         .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while ending the executor rows")?;
@@ -104,6 +116,10 @@ pub fn settings(config: &Config) -> Settings {
         heartbeat_interval: supervisor.heartbeat_interval,
         refresh_interval: supervisor.refresh_interval,
         thresholds: config.thresholds(),
+        history: overseer_core::history::HistorySettings {
+            retention: config.history.retention,
+            ..Default::default()
+        },
         ..Settings::default()
     }
 }

@@ -32,7 +32,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             what: "unknown section",
             toml: Some("[databse]\nurl = \"sqlite::memory:\"\n"),
             env: &[],
-            line: "error: invalid configuration: databse (from overseer.toml): unknown key (expected one of: database, api, supervisor, thresholds, executors)",
+            line: "error: invalid configuration: databse (from overseer.toml): unknown key (expected one of: database, api, supervisor, thresholds, history, executors, alerts)",
         },
         Case {
             what: "bad duration in TOML",
@@ -285,6 +285,15 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "LocalExecutor,KubernetesExecutor",
             )],
             line: "error: invalid configuration: executors[1].check_url (from overseer.toml): is not a URL: empty host",
+        },
+        Case {
+            what: "an alert webhook that is not HTTP, its token not shown",
+            toml: None,
+            env: &[(
+                "OVERSEER_ALERTS",
+                r#"[{url = "https://hooks.slack.com/services/T0/B0/hunter2"}, {url = "ftp://ops:hunter2@pager/hook?token=hunter2"}]"#,
+            )],
+            line: "error: invalid configuration: alerts[1].url (from environment variable OVERSEER_ALERTS): must be an http:// or https:// URL, not ftp://",
         },
         Case {
             what: "no room for a single stream client",

@@ -91,6 +91,7 @@ fn unknown_env_keys() -> Vec<String> {
         }
     }
     known.push("executors".into());
+    known.push("alerts".into());
     let mut unknown = Vec::new();
     for (var, _) in std::env::vars() {
         let Some(key) = var.strip_prefix(ENV_PREFIX) else {

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alerts::{AlertFormat, WebhookUrl};
 use crate::secret::{Scrubber, SecretUrl};
 use executor::ExecutorName;
 use overseer_core::Thresholds;
@@ -61,9 +62,16 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// Liveness thresholds of Airflow's own components.
     pub thresholds: ThresholdsConfig,
+    /// How long the history of verdict states is kept.
+    #[serde(default)]
+    pub history: HistoryConfig,
     /// The executors to supervise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub executors: Vec<ExecutorConfig>,
+    /// Webhooks told when an executor turns unhealthy, and healthy again
+    /// ([`crate::alerts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<AlertConfig>,
 }
 
 impl Config {
@@ -78,10 +86,14 @@ impl Config {
                 Scrubber::default().with_url(&self.database.url),
                 Scrubber::with_url,
             );
-        self.executors
+        let commands = self
+            .executors
             .iter()
             .filter_map(|e| e.check_command.as_deref())
-            .fold(urls, overseer_checks::command::scrubbing_credentials)
+            .fold(urls, overseer_checks::command::scrubbing_credentials);
+        self.alerts
+            .iter()
+            .fold(commands, |scrubber, alert| alert.url.scrubbing(scrubber))
     }
 
     /// The liveness thresholds in force, for the report and `jobs check`.
@@ -187,6 +199,25 @@ impl ThresholdsConfig {
     }
 }
 
+/// `[history]`: the table of every change of an executor's verdict state
+/// ([`overseer_core::history`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Transitions older than this are deleted (at most once an hour); `0s`
+    /// keeps them forever.
+    #[serde(with = "duration")]
+    pub retention: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            retention: overseer_core::history::DEFAULT_RETENTION,
+        }
+    }
+}
+
 /// One `[[executors]]` entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -251,6 +282,74 @@ pub struct ExecutorConfig {
 
 fn is_false(value: &bool) -> bool {
     !value
+}
+
+/// One `[[alerts]]` entry: a webhook told of transitions ([`crate::alerts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertConfig {
+    /// Where alerts are POSTed (`http://` or `https://`). It often holds a
+    /// token (Slack's is its path), so it is shown as its origin alone:
+    /// `https://hooks.slack.com/***`.
+    pub url: WebhookUrl,
+    /// What `/metrics` calls this target (its `target` label) and the logs
+    /// name it by; the redacted URL when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The body: Overseer's JSON (`json`), or `{"text": ...}` for Slack-compatible
+    /// incoming webhooks (`slack`).
+    #[serde(default)]
+    pub format: AlertFormat,
+    /// How long a state must hold before it is alerted: an `unhealthy` blip
+    /// shorter than this pages nobody, and a recovery shorter than this
+    /// resolves nothing.
+    #[serde(default = "default_min_duration", with = "duration")]
+    pub min_duration: Duration,
+    /// Whether a return to `healthy` after a firing alert is alerted too.
+    #[serde(default = "default_send_resolved")]
+    pub send_resolved: bool,
+    /// How long one alert is retried (with back-off) while the webhook fails,
+    /// before it is dropped with a warning; `0s` tries once.
+    #[serde(default = "default_retry_for", with = "duration")]
+    pub retry_for: Duration,
+}
+
+impl AlertConfig {
+    /// An entry for `url` with every other setting at its default.
+    pub fn to(url: &str) -> Self {
+        Self {
+            url: WebhookUrl::new(url),
+            name: None,
+            format: AlertFormat::default(),
+            min_duration: default_min_duration(),
+            send_resolved: default_send_resolved(),
+            retry_for: default_retry_for(),
+        }
+    }
+
+    /// The `target` label of its metrics: `name`, else the redacted URL.
+    pub fn target_label(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.url.redacted().to_owned())
+    }
+}
+
+/// `min_duration` by default: three polls at the default `poll_interval`.
+pub const DEFAULT_ALERT_MIN_DURATION: Duration = Duration::from_secs(30);
+/// `retry_for` by default.
+pub const DEFAULT_ALERT_RETRY_FOR: Duration = Duration::from_secs(15 * 60);
+
+fn default_min_duration() -> Duration {
+    DEFAULT_ALERT_MIN_DURATION
+}
+
+fn default_send_resolved() -> bool {
+    true
+}
+
+fn default_retry_for() -> Duration {
+    DEFAULT_ALERT_RETRY_FOR
 }
 
 /// `check_command` as `overseer config` shows it: the value of an option that
@@ -358,7 +457,11 @@ impl Default for Config {
                 dag_processor: core.thresholds.dag_processor,
                 executor: None,
             },
+            history: HistoryConfig {
+                retention: core.history.retention,
+            },
             executors: Vec::new(),
+            alerts: Vec::new(),
         }
     }
 }

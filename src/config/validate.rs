@@ -15,7 +15,7 @@ use overseer_core::Thresholds;
 use super::executor::{ExecutorKind, ExecutorName};
 use super::layers::{describe, origin_of};
 use super::{
-    ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
+    AlertConfig, ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
     SupervisorConfig, duration,
 };
 use crate::secret::SecretUrl;
@@ -40,6 +40,15 @@ pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigE
             ConfigError::new(
                 format!("executors[{index}].{field}"),
                 executor_origin(figment, index, field),
+                problem,
+            )
+        })?;
+    }
+    for (index, entry) in config.alerts.iter().enumerate() {
+        alert(entry, &config.alerts[..index]).map_err(|(field, problem)| {
+            ConfigError::new(
+                format!("alerts[{index}].{field}"),
+                origin_of(figment, &format!("alerts.{index}.{field}")),
                 problem,
             )
         })?;
@@ -369,6 +378,49 @@ fn checks(executor: &ExecutorConfig, kind: ExecutorKind) -> Result<(), Problem> 
         }
         overseer_checks::http::tls_config(std::path::Path::new(cacert))
             .map_err(|problem| ("check_cacert", problem.to_string()))?;
+    }
+    Ok(())
+}
+
+/// One `[[alerts]]` entry, after the `earlier` ones: an `http://` or `https://`
+/// URL with a host (the problem never quotes it: it may hold a token), and a
+/// `target` label of its own, so that no two targets share their metrics.
+fn alert(alert: &AlertConfig, earlier: &[AlertConfig]) -> Result<(), Problem> {
+    let parsed = url::Url::parse(alert.url.expose_secret())
+        .map_err(|e| ("url", format!("is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err((
+            "url",
+            format!(
+                "must be an http:// or https:// URL, not {}://",
+                scheme_for_display(parsed.scheme())
+            ),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(("url", "must name a host".into()));
+    }
+    if let Some(name) = &alert.name
+        && name.trim().is_empty()
+    {
+        return Err((
+            "name",
+            "must not be empty (leave it out to use the URL)".into(),
+        ));
+    }
+    let label = alert.target_label();
+    if let Some(index) = earlier.iter().position(|e| e.target_label() == label) {
+        let (field, problem) = if alert.name.is_some() {
+            ("name", format!("{label:?} is alerts[{index}]'s already"))
+        } else {
+            (
+                "url",
+                format!(
+                    "is shown as {label}, as alerts[{index}] is: give each a name, so their metrics can be told apart"
+                ),
+            )
+        };
+        return Err((field, problem));
     }
     Ok(())
 }

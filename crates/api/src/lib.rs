@@ -2,13 +2,16 @@
 //!
 //! The HTTP API: what the [`Aggregator`](overseer_core::actors::Aggregator)
 //! publishes, served to dashboards and scripts, to Prometheus, and to people.
-//! Nothing here touches the database or asks an actor: every request reads the
-//! latest published [`HealthReport`](overseer_core::HealthReport), whose JSON was
-//! rendered once when it was built. It knows no executor kind (no Celery).
+//! Nothing here asks an actor, and only the history touches the database:
+//! every other request reads the latest published
+//! [`HealthReport`](overseer_core::HealthReport), whose JSON was rendered once
+//! when it was built. It knows no executor kind (no Celery).
 //!
 //! # Layout
 //! - [`health`]: `GET /api/v2/monitor/health` (`?strict=true`) and its
 //!   Server-Sent Events stream.
+//! - [`history`]: `GET /api/v2/monitor/health/history`, every change of a
+//!   verdict's state, read from the database (a small pool, a timeout).
 //! - [`openapi`]: `GET /openapi.json`, generated from the types the responses
 //!   are written from (the report's are core's own).
 //! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
@@ -24,6 +27,7 @@
 pub mod dashboard;
 pub mod errors;
 pub mod health;
+pub mod history;
 pub mod metrics;
 pub mod openapi;
 pub mod version;
@@ -68,6 +72,10 @@ pub struct ApiState {
     /// Who may show the dashboard in a frame (`api.frame_ancestors`): its own
     /// origin, and these (the Airflow UI's, for Overseer's Airflow plugin).
     pub frame_ancestors: dashboard::FrameAncestors,
+    /// Reads the history of verdict states for
+    /// `GET /api/v2/monitor/health/history` (the one route that reads the
+    /// database); `None`, the route answers 503.
+    pub history: Option<overseer_core::history::HistoryReader>,
 }
 
 impl ApiState {
@@ -92,6 +100,25 @@ impl ApiState {
             max_stream_clients,
             open_streams: Arc::default(),
             frame_ancestors: dashboard::FrameAncestors::default(),
+            history: None,
+        }
+    }
+
+    /// The same state, with a reader of the history of verdict states (see
+    /// [`overseer_core::history::HistoryReader::connect`]).
+    pub fn with_history(self, history: overseer_core::history::HistoryReader) -> Self {
+        Self {
+            history: Some(history),
+            ..self
+        }
+    }
+
+    /// The same state, with `extra`'s counters on `/metrics` beside the actors'
+    /// (the `overseer` binary's alert notifier's, say).
+    pub fn with_extra_metrics(self, extra: Arc<dyn metrics::ExtraMetrics>) -> Self {
+        Self {
+            metrics: Arc::new(self.metrics.with_extra(extra)),
+            ..self
         }
     }
 
@@ -115,6 +142,12 @@ pub fn routes(config: &mut web::ServiceConfig) {
             web::resource("/api/v2/monitor/health")
                 .route(web::get().to(health::health))
                 .route(web::head().to(health::health))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/v2/monitor/health/history")
+                .route(web::get().to(history::history))
+                .route(web::head().to(history::history))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(

@@ -23,6 +23,14 @@
 //! hold a copy of the queue, with a depth of their own. Task instances are
 //! Airflow's rows, on no broker, so they have no `broker` label. A value that
 //! cannot be told is no sample, never a zero. Ages are as of the check.
+//!
+//! # Counters made outside the actors
+//!
+//! The program that serves these routes may keep counters of its own (the
+//! `overseer` binary's alert notifier: `overseer_alerts_sent_total` and its
+//! kin). It hands them in as an [`ExtraMetrics`]
+//! ([`ApiState::with_extra_metrics`](crate::ApiState::with_extra_metrics)), read
+//! at each scrape like the actors' counters: this crate knows no alert.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,11 +55,33 @@ use crate::ApiState;
 /// Picks one counter out of an executor's stats.
 type CounterField = fn(&ExecutorStats) -> &AtomicU64;
 
+/// One counter family kept outside the actors, as an [`ExtraMetrics`] gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterFamily {
+    /// The metric's name, `overseer_..._total`.
+    pub name: &'static str,
+    /// Its `# HELP` line.
+    pub help: &'static str,
+    /// One sample per label set: the labels (name, value) and the count. Label
+    /// values are scrubbed of credentials like every other label.
+    pub samples: Vec<(Vec<(&'static str, String)>, u64)>,
+}
+
+/// Counters of the serving program's own, shown on `/metrics` beside the
+/// actors'. Read at each scrape, so they live where they are counted (atomics)
+/// and reading them must neither block nor wait on anything.
+pub trait ExtraMetrics: Send + Sync {
+    /// Every family, as of now; a family with no sample is left out.
+    fn counters(&self) -> Vec<CounterFamily>;
+}
+
 /// What `/metrics` reads on every scrape.
 pub struct Metrics {
     executors: Vec<(ExecutorIdentity, Arc<ExecutorStats>)>,
     aggregator: Arc<AggregatorStats>,
     reports: watch::Receiver<Arc<HealthReport>>,
+    /// The serving program's own counters (see [`ExtraMetrics`]).
+    extra: Vec<Arc<dyn ExtraMetrics>>,
 }
 
 impl Metrics {
@@ -64,6 +94,19 @@ impl Metrics {
             executors,
             aggregator,
             reports,
+            extra: Vec::new(),
+        }
+    }
+
+    /// The same numbers, and `extra`'s counters too.
+    pub fn with_extra(&self, extra: Arc<dyn ExtraMetrics>) -> Self {
+        let mut all = self.extra.clone();
+        all.push(extra);
+        Self {
+            executors: self.executors.clone(),
+            aggregator: self.aggregator.clone(),
+            reports: self.reports.clone(),
+            extra: all,
         }
     }
 
@@ -264,6 +307,21 @@ impl Metrics {
                 .map(|(actor, restarts)| counter(vec![("actor", actor.to_owned())], restarts))
                 .collect(),
         ));
+
+        // The serving program's own.
+        for extra in &self.extra {
+            families.extend(extra.counters().into_iter().map(|c| {
+                family(
+                    c.name,
+                    c.help,
+                    MetricType::COUNTER,
+                    c.samples
+                        .into_iter()
+                        .map(|(pairs, value)| counter(pairs, value))
+                        .collect(),
+                )
+            }));
+        }
         families
     }
 }

@@ -1,0 +1,298 @@
+//! Alerts on transitions: each `[[alerts]]` target is told, by webhook, when an
+//! executor instance this host supervises turns `unhealthy` and stays so for
+//! the target's `min_duration` (`firing`), and, with `send_resolved`, when it is
+//! `healthy` again after that (`resolved`). The README's "Alerts" section is
+//! the operator's account: keys, rules and the JSON body.
+//!
+//! # How it runs
+//! - The notifier reads the published reports ([`Overseer::watch`]), as the
+//!   HTTP API does: one tokio task per target, on the service's runtime, never
+//!   on the actors' thread. Its [`Tracker`] holds each instance's state and
+//!   says which alerts are due; a timer wakes it when a state will have held
+//!   `min_duration` (see `tracker` for the rules, as a table).
+//! - Only this host's rows are alerted on (their `hostname` is
+//!   `supervisor.hostname`): every Overseer sharing a database alerts on the
+//!   verdicts it makes, so one outage is one alert per target, however many
+//!   Overseers report it.
+//! - Delivery is on a thread per target (`delivery`: a bounded queue, a
+//!   timeout per attempt, back-off, a bounded time to retry), fed by
+//!   `try_send`: a webhook that is down or slow delays neither the notifier nor
+//!   polling.
+//! - The state lives in memory: a restarted service starts from `unknown`, so
+//!   an alert open when it stopped is never resolved by the next run.
+//!
+//! # Layout
+//! - `webhook`: [`WebhookUrl`], the URL shown as its origin and `/***`.
+//! - `tracker`: [`Tracker`], states and transitions, pure and table-tested.
+//! - `delivery`: the threads that post, their retries, the bodies.
+//! - this module: [`Notifier`], wiring the three, and [`AlertStats`] for `/metrics`.
+
+mod delivery;
+mod tracker;
+mod webhook;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::time::Duration;
+
+use overseer_api::metrics::{CounterFamily, ExtraMetrics};
+use overseer_core::HealthReport;
+use overseer_core::Overseer;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use delivery::{
+    ATTEMPT_TIMEOUT, AlertFormat, FIRST_BACKOFF, MAX_BACKOFF, QUEUE_CAPACITY, body, slack_text,
+};
+pub use tracker::{Alert, AlertStatus, InstanceKey, Observed, Rules, Tracker};
+pub use webhook::WebhookUrl;
+
+use crate::config::AlertConfig;
+use delivery::{Target, TargetStats};
+
+/// How long stopping waits for the delivery threads to end (one may be in the
+/// middle of an attempt, bounded by [`ATTEMPT_TIMEOUT`]); what is left is
+/// dropped with the process.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Every target's counters: `overseer_alerts_sent_total{target,status}`,
+/// `overseer_alert_failures_total{target}`, `overseer_alerts_dropped_total{target}`.
+#[derive(Debug, Default)]
+pub struct AlertStats {
+    targets: Vec<Arc<TargetStats>>,
+}
+
+impl ExtraMetrics for AlertStats {
+    fn counters(&self) -> Vec<CounterFamily> {
+        let target = |t: &TargetStats| vec![("target", t.label.clone())];
+        let each = |value: fn(&TargetStats) -> u64| {
+            self.targets
+                .iter()
+                .map(|t| (target(t), value(t)))
+                .collect::<Vec<_>>()
+        };
+        vec![
+            CounterFamily {
+                name: "overseer_alerts_sent_total",
+                help: "Alerts delivered to the target (a 2xx answer), by status: firing or resolved.",
+                samples: self
+                    .targets
+                    .iter()
+                    .flat_map(|t| {
+                        [
+                            ("firing", t.firing_sent.load(Ordering::Relaxed)),
+                            ("resolved", t.resolved_sent.load(Ordering::Relaxed)),
+                        ]
+                        .map(|(status, value)| {
+                            let mut labels = target(t);
+                            labels.push(("status", status.to_owned()));
+                            (labels, value)
+                        })
+                    })
+                    .collect(),
+            },
+            CounterFamily {
+                name: "overseer_alert_failures_total",
+                help: "Attempts to deliver an alert to the target that failed (each retry counts).",
+                samples: each(|t| t.failures.load(Ordering::Relaxed)),
+            },
+            CounterFamily {
+                name: "overseer_alerts_dropped_total",
+                help: "Alerts given up on: not delivered within retry_for, a full queue, or the service stopping.",
+                samples: each(|t| t.dropped.load(Ordering::Relaxed)),
+            },
+        ]
+    }
+}
+
+/// One target at work: its watcher task and its delivery thread.
+struct Running {
+    watcher: JoinHandle<()>,
+    /// Closing it ends the delivery thread's wait between retries.
+    stop: mpsc::Sender<()>,
+    /// Signalled when the delivery thread ends.
+    done: mpsc::Receiver<()>,
+}
+
+/// The running notifier: stop it with [`Notifier::stop`].
+pub struct Notifier {
+    stats: Arc<AlertStats>,
+    running: Vec<Running>,
+}
+
+impl Notifier {
+    /// Starts a watcher and a delivery thread for each of `alerts`, alerting on
+    /// `hostname`'s rows of the reports `overseer` publishes. Call within the
+    /// tokio runtime. With no targets, nothing runs.
+    pub fn start(alerts: &[AlertConfig], hostname: &str, overseer: &Overseer) -> Self {
+        Self::start_with(alerts, hostname, &overseer.watch())
+    }
+
+    /// [`Notifier::start`] on any stream of reports.
+    pub fn start_with(
+        alerts: &[AlertConfig],
+        hostname: &str,
+        reports: &watch::Receiver<Arc<HealthReport>>,
+    ) -> Self {
+        let mut stats = AlertStats::default();
+        let mut running = Vec::new();
+        for config in alerts {
+            let target_stats = Arc::new(TargetStats {
+                label: config.target_label(),
+                ..TargetStats::default()
+            });
+            stats.targets.push(target_stats.clone());
+            let target = Target::new(
+                config.url.clone(),
+                config.format,
+                config.retry_for,
+                target_stats.clone(),
+            );
+            let (queue_tx, queue) = mpsc::sync_channel(QUEUE_CAPACITY);
+            let (stop, stop_rx) = mpsc::channel();
+            let (done_tx, done) = mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("overseer-alerts".into())
+                .spawn(move || {
+                    delivery::run(&target, &queue, &stop_rx);
+                    let _ = done_tx.send(());
+                });
+            if let Err(e) = spawned {
+                tracing::error!(
+                    "cannot start the delivery thread for alerts to {}: {e}; its alerts are not sent",
+                    target_stats.label
+                );
+                continue;
+            }
+            let rules = Rules {
+                min_duration: config.min_duration,
+                send_resolved: config.send_resolved,
+            };
+            let watcher = tokio::spawn(watch_reports(
+                reports.clone(),
+                hostname.to_owned(),
+                Tracker::new(rules),
+                queue_tx,
+                target_stats,
+            ));
+            running.push(Running {
+                watcher,
+                stop,
+                done,
+            });
+        }
+        Self {
+            stats: Arc::new(stats),
+            running,
+        }
+    }
+
+    /// The counters for `/metrics`.
+    pub fn stats(&self) -> Arc<AlertStats> {
+        self.stats.clone()
+    }
+
+    /// Stops watching, and ends the delivery threads: an alert waiting for a
+    /// retry or in a queue is dropped (counted, and said once per target).
+    /// Waits at most [`STOP_GRACE`] for them.
+    pub async fn stop(self) {
+        let mut done = Vec::new();
+        for running in self.running {
+            running.watcher.abort();
+            let _ = running.watcher.await;
+            drop(running.stop);
+            done.push(running.done);
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + STOP_GRACE;
+            for done in done {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let _ = done.recv_timeout(left);
+            }
+        })
+        .await;
+    }
+}
+
+/// One target's watcher: each new report, and each moment a state will have
+/// held `min_duration`, asks the tracker for the alerts due and queues them.
+async fn watch_reports(
+    mut reports: watch::Receiver<Arc<HealthReport>>,
+    hostname: String,
+    mut tracker: Tracker,
+    queue: SyncSender<Alert>,
+    stats: Arc<TargetStats>,
+) {
+    loop {
+        let report = reports.borrow_and_update().clone();
+        let now = tokio::time::Instant::now();
+        let alerts = tracker.observe(observed(&report, &hostname), now, chrono::Utc::now());
+        for alert in alerts {
+            if !enqueue(&queue, alert, &stats) {
+                return;
+            }
+        }
+        let deadline = tracker.next_deadline();
+        tokio::select! {
+            changed = reports.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Queues `alert` without waiting; a full queue drops it (counted, logged).
+/// `false` when the delivery thread is gone.
+fn enqueue(queue: &SyncSender<Alert>, alert: Alert, stats: &TargetStats) -> bool {
+    match queue.try_send(alert) {
+        Ok(()) => true,
+        Err(TrySendError::Full(alert)) => {
+            stats.drop_one();
+            tracing::warn!(
+                alert_target = stats.label,
+                "dropping a {} alert for {} @ {} on {}: {QUEUE_CAPACITY} alerts to {} wait already",
+                alert.status.as_str(),
+                alert.key.executor,
+                alert.key.instance,
+                alert.key.hostname,
+                stats.label
+            );
+            true
+        }
+        Err(TrySendError::Disconnected(_)) => false,
+    }
+}
+
+/// This host's executor instances in `report`.
+pub fn observed(report: &HealthReport, hostname: &str) -> Vec<Observed> {
+    report
+        .executor
+        .iter()
+        .flat_map(|e| e.instances.iter())
+        .filter(|i| i.hostname.as_deref() == Some(hostname))
+        .map(|i| {
+            let verdict = overseer_core::report::VerdictFields::from(&i.health);
+            Observed {
+                key: InstanceKey {
+                    executor: i.executor.clone().unwrap_or_default(),
+                    instance: i.instance.clone().unwrap_or_default(),
+                    hostname: hostname.to_owned(),
+                },
+                health: verdict.health,
+                reason: verdict.reason.map(str::to_owned),
+            }
+        })
+        .collect()
+}
