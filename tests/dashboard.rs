@@ -2,7 +2,11 @@
 //! WebDriver (chromedriver). It shows the four cards with their states, and a
 //! verdict change appears without a reload; the executor's card shows the
 //! evidence of its check (a Celery executor's queues on the real Redis, and
-//! every part of a detail, words for what is not known included). The
+//! every part of a detail, words for what is not known included). For the
+//! person on call: `unknown` is grey, never green; a broker killed and
+//! restarted turns the card, the line at the top, the tab's title and favicon
+//! red and back, with how long each state has lasted and a 24-hour strip of
+//! the states; on a narrow screen the executor's card comes first. The
 //! screenshots are kept in `target/artifacts/`.
 
 mod support;
@@ -13,8 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::{Value, json};
-use support::{Heartbeat, Serving, overseer, workdir};
+use support::{Heartbeat, Serving, get, overseer, workdir};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -27,6 +32,12 @@ const REDIS: &str = "127.0.0.1:6379";
 
 /// The Redis database the dashboard's Celery executor uses: no other test's.
 const REDIS_DB: u32 = 11;
+
+/// The state the favicon is drawn in.
+const FAVICON: &str = "return document.getElementById('favicon').dataset.state";
+
+/// The line at the top of the page.
+const SUMMARY: &str = "return document.getElementById('summary').innerText";
 
 /// A chromedriver of the test's own, on a free loopback port, killed on drop.
 struct Driver {
@@ -126,6 +137,28 @@ impl Driver {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Evaluates `script` until it returns true; if it never does, the failure
+    /// shows what `show` returns.
+    fn wait_until(&self, script: &str, show: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.eval(script) != json!(true) {
+            assert!(
+                Instant::now() < deadline,
+                "{script} never held: {}",
+                self.eval(show)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Makes the window `width` by `height` CSS pixels.
+    fn resize(&self, width: u32, height: u32) {
+        self.post(
+            "window/rect",
+            json!({ "width": width, "height": height, "x": 0, "y": 0 }),
+        );
     }
 
     fn screenshot(&self, name: &str) {
@@ -263,11 +296,11 @@ async fn the_dashboard_shows_four_cards_and_follows_a_verdict_change_live() {
     )
     .unwrap();
     let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
-    // The other host's Overseer keeps its row alive, as it would.
+    // The other host's Overseer keeps its row alive, as it would, and so does the scheduler.
     let _other = Heartbeat::start(
         &db.url,
         db.backend,
-        "hostname = 'sched-2' AND job_type = 'ExecutorJob'",
+        "(hostname = 'sched-2' AND job_type = 'ExecutorJob') OR job_type = 'SchedulerJob'",
     );
 
     browser.open(&serving.url("/"));
@@ -295,6 +328,23 @@ async fn the_dashboard_shows_four_cards_and_follows_a_verdict_change_live() {
         "return document.getElementById('connection').dataset.state",
         json!("live"),
     );
+    // The worst state leads: the tab's title, its favicon, the line at the top
+    // (each executor named with its host, as two hosts report).
+    browser.wait_for("return document.title", json!("✖ Overseer: 1 unhealthy"));
+    browser.wait_for(FAVICON, json!("unhealthy"));
+    let summary = browser.eval(SUMMARY);
+    let summary = summary.as_str().unwrap();
+    assert!(
+        summary.starts_with(
+            "1 of 2 executors unhealthy: CeleryExecutor @ redis://broker:6379/0 on sched-2"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(" · 1 unknown: LocalExecutor on ")
+            && summary.ends_with(" (no health check for LocalExecutor)"),
+        "{summary}"
+    );
     browser.screenshot("dashboard.png");
 
     // Mark this page: a reload would lose the mark.
@@ -310,6 +360,9 @@ async fn the_dashboard_shows_four_cards_and_follows_a_verdict_change_live() {
         browser.eval("return document.querySelectorAll('#card-executor li[data-health=\"unhealthy\"]').length"),
         json!(0)
     );
+    // The executor with no check keeps the page grey, never green.
+    browser.wait_for("return document.title", json!("Overseer: 1 unknown"));
+    browser.wait_for(FAVICON, json!("unknown"));
     browser.screenshot("dashboard-recovered.png");
     drop(serving);
 }
@@ -484,5 +537,516 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
     );
     // Another host's row, or a check that gives no evidence: nothing shown.
     assert_eq!(seen["evidence"], json!([1, 1, 0]));
+    drop(serving);
+}
+
+/// The report `serving` publishes now.
+fn report_of(serving: &Serving) -> Value {
+    let (status, body) = get(&serving.url("/api/v2/monitor/health"));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A script's value as an expression of another script.
+fn value_of(script: &str) -> String {
+    format!("(() => {{ {script} }})()")
+}
+
+/// The states of the executor instance's 24-hour strip, oldest first, with
+/// runs of one state taken as one.
+const STRIP_STATES: &str = "const states = [...document.querySelectorAll('#card-executor .history .segment')]\
+     .map((s) => s.dataset.state); \
+     return states.filter((s, i) => i === 0 || states[i - 1] !== s)";
+
+/// The line under the executor instance's name: how long it has been in its state.
+const SINCE: &str = "const line = document.querySelector('#card-executor li .since'); \
+     return line ? line.innerText : ''";
+
+#[tokio::test]
+async fn a_killed_broker_turns_card_title_summary_and_strip_red_and_its_return_green_again() {
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let Some(browser) = Driver::start() else {
+        return;
+    };
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            "[supervisor]\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\npoll_interval = \"300ms\"\npoll_timeout = \"200ms\"\n\n\
+             [[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"{}\"\n",
+            broker.url(None, 0)
+        ),
+    )
+    .unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+
+    browser.open(&serving.url("/"));
+    let card = "return document.getElementById('card-executor').dataset.state";
+    let health = "const item = document.querySelector('#card-executor li[data-health]'); \
+                  return item ? item.dataset.health : ''";
+    browser.wait_for(card, json!("healthy"));
+    browser.wait_for(health, json!("healthy"));
+    let report = report_of(&serving);
+    let name = format!(
+        "CeleryExecutor @ {}",
+        report["executor"]["instances"][0]["instance"]
+            .as_str()
+            .unwrap()
+    );
+
+    browser.wait_for("return document.title", json!("Overseer: all healthy"));
+    browser.wait_for(FAVICON, json!("healthy"));
+    let icon = browser.eval("return document.getElementById('favicon').href");
+    let icon = icon.as_str().unwrap();
+    assert!(
+        icon.starts_with("data:image/svg+xml,") && icon.contains("%231a7f37"),
+        "{icon}"
+    );
+    browser.wait_until(
+        &format!(
+            "return document.getElementById('summary').innerText.startsWith('{name} healthy')"
+        ),
+        SUMMARY,
+    );
+    browser.wait_until(
+        &format!("return {}.startsWith('healthy for ')", value_of(SINCE)),
+        SINCE,
+    );
+    browser.screenshot("dashboard-broker-healthy.png");
+
+    // The broker dies: the card, the title, the favicon and the line turn red.
+    broker.kill();
+    browser.wait_for(card, json!("down"));
+    browser.wait_for(health, json!("unhealthy"));
+    browser.wait_for("return document.title", json!("✖ Overseer: 1 unhealthy"));
+    browser.wait_for(FAVICON, json!("unhealthy"));
+    browser.wait_until(
+        &format!(
+            "return document.getElementById('summary').innerText.startsWith('{name} unhealthy')"
+        ),
+        SUMMARY,
+    );
+    let reason =
+        browser.eval("return document.querySelector('#card-executor li .reason').innerText");
+    assert!(!reason.as_str().unwrap().is_empty(), "{reason}");
+    // Since when, and what it was before: on the card, and as a clock time at the top.
+    let since = r"/^unhealthy for \d+ s \(was healthy\)$/";
+    browser.wait_until(&format!("return {since}.test({})", value_of(SINCE)), SINCE);
+    let summary = browser.eval(SUMMARY);
+    let summary = summary.as_str().unwrap();
+    let at = summary
+        .strip_prefix(&format!("{name} unhealthy since "))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        at.len() == 5 && at.as_bytes()[2] == b':',
+        "a clock time, HH:MM: {summary}"
+    );
+    browser.screenshot("dashboard-broker-killed.png");
+
+    // It comes back: green again, and the strip keeps what happened.
+    broker.resume().unwrap();
+    browser.wait_for(card, json!("healthy"));
+    browser.wait_for("return document.title", json!("Overseer: all healthy"));
+    browser.wait_for(FAVICON, json!("healthy"));
+    let since = r"/^healthy for \d+ s \(was unhealthy\)$/";
+    browser.wait_until(&format!("return {since}.test({})", value_of(SINCE)), SINCE);
+    // The strip: nothing recorded before the first verdict, then each state
+    // the broker went through, from the history route.
+    browser.wait_until(
+        &format!(
+            "return {}.join() === 'none,healthy,unhealthy,healthy'",
+            value_of(STRIP_STATES)
+        ),
+        &format!(
+            "return [{}, [...histories.values()].map((h) => [h.status, h.transitions])]",
+            value_of(STRIP_STATES)
+        ),
+    );
+    // Hovering a segment tells its state, its time range and why.
+    let titles = browser.eval(
+        "return [...document.querySelectorAll('#card-executor .history .segment')].map((s) => s.title)",
+    );
+    let titles: Vec<&str> = titles
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let unhealthy = titles
+        .iter()
+        .rfind(|t| t.starts_with("unhealthy, "))
+        .unwrap_or_else(|| panic!("{titles:?}"));
+    assert!(
+        unhealthy.contains('–') && unhealthy.ends_with(&format!("): {}", reason.as_str().unwrap())),
+        "{unhealthy}"
+    );
+    let now = titles.last().unwrap();
+    assert!(
+        now.starts_with("healthy, ") && now.contains("–now ("),
+        "{titles:?}"
+    );
+    let text = browser.eval("return document.body.innerText");
+    let text = text.as_str().unwrap();
+    assert!(!text.contains("null"), "{text}");
+    assert!(!text.contains("undefined"), "{text}");
+    browser.screenshot("dashboard-broker-restarted.png");
+    drop(serving);
+}
+
+#[tokio::test]
+async fn an_executor_without_a_verdict_is_grey_and_comes_first_on_a_narrow_screen() {
+    let Some(browser) = Driver::start() else {
+        return;
+    };
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\npoll_interval = \"200ms\"\npoll_timeout = \"100ms\"\n\n[[executors]]\nname = \"LocalExecutor\"\n",
+    )
+    .unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    browser.open(&serving.url("/"));
+
+    // Unknown is a state of its own: grey, never green, and it says why.
+    let state = |card: &str| format!("return document.getElementById('card-{card}').dataset.state");
+    browser.wait_for(&state("executor"), json!("unknown"));
+    browser.wait_for(
+        "return [...document.querySelectorAll('#card-executor .reason')].map((r) => r.innerText)",
+        json!(["no health check for LocalExecutor"]),
+    );
+    let grey = "rgb(110, 119, 129)";
+    let colours = browser.eval(
+        "const card = document.getElementById('card-executor'); \
+         const item = card.querySelector('li[data-health]'); \
+         return [getComputedStyle(card).borderTopColor, \
+                 getComputedStyle(card.querySelector(':scope > .state')).backgroundColor, \
+                 getComputedStyle(item.querySelector('.state')).backgroundColor, \
+                 getComputedStyle(item).borderLeftColor, item.dataset.health]",
+    );
+    assert_eq!(colours, json!([grey, grey, grey, grey, "unknown"]));
+    browser.wait_for("return document.title", json!("Overseer: unknown"));
+    browser.wait_for(FAVICON, json!("unknown"));
+    let summary = browser.eval(SUMMARY);
+    assert_eq!(
+        summary,
+        json!("LocalExecutor unknown (no health check for LocalExecutor)")
+    );
+    // Components that never ran (here no Airflow at all), grey and in words:
+    // not alarms.
+    assert_eq!(
+        browser.eval(
+            "return ['scheduler', 'triggerer', 'dag_processor'].map((c) => { \
+               const card = document.getElementById('card-' + c); \
+               return [card.dataset.state, card.querySelector('.state').innerText]; })"
+        ),
+        json!([
+            ["unknown", "never ran"],
+            ["unknown", "never ran"],
+            ["unknown", "never ran"]
+        ])
+    );
+    let text = browser.eval("return document.body.innerText");
+    let text = text.as_str().unwrap();
+    for word in ["null", "undefined"] {
+        assert!(!text.contains(word), "{word}: {text}");
+    }
+    let jargon = text
+        .split(|c: char| !c.is_alphanumeric())
+        .any(|word| word == "row" || word == "rows");
+    assert!(!jargon, "{text}");
+    // The favicon is an image the page's policy lets it draw.
+    browser.eval(
+        "const img = new Image(); window.iconLoaded = null; \
+         img.onload = () => { window.iconLoaded = img.naturalWidth > 0; }; \
+         img.onerror = () => { window.iconLoaded = false; }; \
+         img.src = document.getElementById('favicon').href; return true",
+    );
+    browser.wait_for("return window.iconLoaded", json!(true));
+    // Self-contained: everything the page loaded came from its own origin.
+    let origins = browser.eval(
+        "return [...new Set(performance.getEntriesByType('resource').map((r) => new URL(r.name).origin))]",
+    );
+    assert!(
+        origins
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| *o == json!(serving.url(""))),
+        "{origins}"
+    );
+    browser.screenshot("dashboard-unknown.png");
+
+    // On a phone the executor's card comes first, above the others.
+    browser.resize(400, 900);
+    browser.wait_until(
+        "return window.innerWidth <= 700",
+        "return window.innerWidth",
+    );
+    let order = browser.eval(
+        "return [...document.querySelectorAll('.card')] \
+           .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top) \
+           .map((card) => card.id)",
+    );
+    assert_eq!(
+        order,
+        json!([
+            "card-executor",
+            "card-scheduler",
+            "card-triggerer",
+            "card-dag_processor"
+        ])
+    );
+    // The line at the top stays above the cards.
+    assert_eq!(
+        browser.eval(
+            "return document.getElementById('summary').getBoundingClientRect().bottom \
+             <= document.getElementById('card-executor').getBoundingClientRect().top"
+        ),
+        json!(true)
+    );
+    browser.screenshot("dashboard-narrow.png");
+    drop(serving);
+}
+
+#[tokio::test]
+async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_hover() {
+    let Some(browser) = Driver::start() else {
+        return;
+    };
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    browser.open(&serving.url("/"));
+    browser.wait_for(
+        "return document.getElementById('connection').dataset.state",
+        json!("live"),
+    );
+
+    // A day no test could live through: the page is given a report and the
+    // history route's answer (newest first, as the route gives it), with the
+    // stream closed so that no report of the service's replaces them.
+    let now = Utc::now();
+    let at = |ago: chrono::Duration| {
+        (now - ago)
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            .replace('Z', "+00:00")
+    };
+    let broker = "redis://broker:6379/0";
+    let change = |instance: &str, from: Value, to: &str, reason: Value, ago| {
+        json!({"executor": "CeleryExecutor", "instance": instance, "hostname": "sched-1",
+               "from": from, "to": to, "reason": reason, "at": at(ago)})
+    };
+    let hours = chrono::Duration::hours;
+    let minutes = chrono::Duration::minutes;
+    let transitions = json!([
+        change(
+            broker,
+            json!("healthy"),
+            "unhealthy",
+            json!("no reply within 5s"),
+            minutes(10)
+        ),
+        // Another broker's change, which this strip leaves out.
+        change(
+            "redis://other:6379/0",
+            json!("healthy"),
+            "unhealthy",
+            json!("elsewhere"),
+            minutes(30)
+        ),
+        change(broker, json!("unhealthy"), "healthy", Value::Null, hours(2)),
+        change(
+            broker,
+            json!("healthy"),
+            "unhealthy",
+            json!("broker redis://broker:6379/0 refused the connection"),
+            hours(3)
+        ),
+        change(broker, Value::Null, "healthy", Value::Null, hours(20)),
+    ]);
+    let report = |since: &str| {
+        json!({
+            "metadatabase": {"status": "healthy"},
+            "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": at(minutes(0)),
+                          "detailed_status": "healthy",
+                          "instances": [{"hostname": "sched-1", "latest_scheduler_heartbeat": at(minutes(0))}]},
+            "triggerer": {"status": null, "latest_triggerer_heartbeat": null,
+                          "detailed_status": "down", "instances": []},
+            "dag_processor": {"status": null, "latest_dag_processor_heartbeat": null,
+                              "detailed_status": "down", "instances": []},
+            "executor": {"status": "unhealthy", "latest_executor_heartbeat": at(minutes(0)),
+                         "detailed_status": "down", "instances": [{
+                "executor": "CeleryExecutor", "instance": broker, "hostname": "sched-1",
+                "latest_executor_heartbeat": at(minutes(0)), "health": "unhealthy",
+                "reason": "no reply within 5s", "checked_at": at(minutes(0)),
+                "since": since, "previous": "healthy", "detail": null,
+            }]},
+        })
+    };
+    let strip = browser.eval_with(
+        r#"events.close();
+        const real = window.fetch;
+        window.historyAsked = [];
+        window.fetch = (url, init) => {
+            if (!String(url).startsWith('/api/v2/monitor/health/history')) return real(url, init);
+            window.historyAsked.push(String(url));
+            return Promise.resolve(new Response(JSON.stringify({ transitions: arguments[1] }),
+                { status: 200, headers: { 'Content-Type': 'application/json' } }));
+        };
+        window.notReloaded = true;
+        render(arguments[0]);
+        return document.querySelector('#card-executor .history').dataset.history;"#,
+        json!([report(&at(minutes(10))), transitions]),
+    );
+    assert_eq!(strip, json!("loading"));
+    browser.wait_for(
+        "return document.querySelector('#card-executor .history').dataset.history",
+        json!("loaded"),
+    );
+    let seen = browser.eval(
+        "const segments = [...document.querySelectorAll('#card-executor .history .segment')]; \
+         return { states: segments.map((s) => s.dataset.state), \
+                  titles: segments.map((s) => s.title), \
+                  widths: segments.map((s) => Math.round(s.getBoundingClientRect().width)), \
+                  asked: window.historyAsked, \
+                  since: document.querySelector('#card-executor li .since').innerText, \
+                  summary: document.getElementById('summary').innerText }",
+    );
+    browser.screenshot("dashboard-history.png");
+    assert_eq!(
+        seen["states"],
+        json!(["none", "healthy", "unhealthy", "healthy", "unhealthy"]),
+        "{seen}"
+    );
+    // On hover: the state, its time range (to "now" for the current one), how
+    // long, and why.
+    let titles: Vec<&str> = seen["titles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let shape = |title: &str, state: &str, length: &str, reason: &str| {
+        let rest = title
+            .strip_prefix(&format!("{state}, "))
+            .unwrap_or_default();
+        let (range, tail) = rest.split_once(" (").unwrap_or_default();
+        let (from, to) = range.split_once('–').unwrap_or_default();
+        !from.is_empty() && !to.is_empty() && tail == format!("{length}){reason}")
+    };
+    assert!(
+        shape(titles[0], "no verdict recorded", "4 h", ""),
+        "{}",
+        titles[0]
+    );
+    assert!(shape(titles[1], "healthy", "17 h", ""), "{}", titles[1]);
+    assert!(
+        shape(
+            titles[2],
+            "unhealthy",
+            "60 min",
+            ": broker redis://broker:6379/0 refused the connection"
+        ),
+        "{}",
+        titles[2]
+    );
+    assert!(
+        shape(titles[3], "healthy", "1 h 50 min", ""),
+        "{}",
+        titles[3]
+    );
+    assert!(
+        shape(titles[4], "unhealthy", "10 min", ": no reply within 5s")
+            && titles[4].contains("–now ("),
+        "{}",
+        titles[4]
+    );
+    // Widths follow the time: 17 hours against one.
+    let widths: Vec<i64> = seen["widths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_i64().unwrap())
+        .collect();
+    assert!(widths[1] > 8 * widths[2], "{widths:?}");
+    assert!(widths.iter().all(|w| *w >= 3), "{widths:?}");
+    // Asked once, for this instance and the last day.
+    let asked = seen["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let query = asked[0].as_str().unwrap();
+    for part in [
+        "executor=CeleryExecutor",
+        "instance=redis%3A%2F%2Fbroker%3A6379%2F0",
+        "since=",
+        "limit=500",
+    ] {
+        assert!(query.contains(part), "{query}");
+    }
+    assert_eq!(seen["since"], json!("unhealthy for 10 min (was healthy)"));
+    let summary = seen["summary"].as_str().unwrap();
+    let clock = summary
+        .strip_prefix("CeleryExecutor @ redis://broker:6379/0 unhealthy since ")
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(clock.len() == 5 && clock.as_bytes()[2] == b':', "{summary}");
+
+    // The same report again (as every heartbeat brings): no new request. A
+    // state that began anew: the history is asked again.
+    let asked = browser.eval_with(
+        "render(arguments[0]); render(arguments[0]); return window.historyAsked.length",
+        json!([report(&at(minutes(10)))]),
+    );
+    assert_eq!(asked, json!(1));
+    let asked = browser.eval_with(
+        "render(arguments[0]); return window.historyAsked.length",
+        json!([report(&at(minutes(1)))]),
+    );
+    assert_eq!(asked, json!(2));
+
+    // Between reports, the time since moves on by itself, without a reload.
+    let since = r#"return document.querySelector('#card-executor li .since').innerText"#;
+    browser.eval_with(
+        "render(arguments[0]); return true",
+        json!([report(&at(chrono::Duration::seconds(30)))]),
+    );
+    let before = browser.eval(since);
+    assert!(
+        before.as_str().unwrap().starts_with("unhealthy for 3"),
+        "{before}"
+    );
+    std::thread::sleep(Duration::from_secs(11));
+    let after = browser.eval(since);
+    assert_ne!(before, after);
+    assert!(
+        after.as_str().unwrap().starts_with("unhealthy for 4"),
+        "{after}"
+    );
+
+    // Without the history (an Overseer without the route, or its database
+    // unreadable): the current state from when it began, nothing before it,
+    // and a word that says so.
+    browser.eval_with(
+        r#"window.fetch = () => Promise.resolve(new Response(JSON.stringify({ detail: 'Not Found' }),
+            { status: 404, headers: { 'Content-Type': 'application/json' } }));
+        render(arguments[0]);
+        return true"#,
+        json!([report(&at(minutes(5)))]),
+    );
+    browser.wait_for(
+        "return document.querySelector('#card-executor .history').dataset.history",
+        json!("unavailable"),
+    );
+    assert_eq!(browser.eval(STRIP_STATES), json!(["none", "unhealthy"]));
+    assert_eq!(
+        browser.eval("return document.querySelector('#card-executor .history .note').innerText"),
+        json!("earlier states are not available")
+    );
+    assert_eq!(
+        browser.eval("return window.notReloaded === true"),
+        json!(true)
+    );
     drop(serving);
 }

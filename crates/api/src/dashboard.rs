@@ -1,6 +1,12 @@
 //! `GET /`: a page for people. Self-contained (no CDN: it works offline) and
 //! embedded in the binary; it follows the SSE stream, so verdict changes show
-//! without a reload.
+//! without a reload. At its top, one line says the worst state, what has it
+//! and since when; the tab's title and favicon (an SVG drawn in the page) follow
+//! that state, so a tab in the background still tells. Each executor instance
+//! says how long it has been in its state and what it was before (`since`,
+//! `previous`), and draws its last 24 hours from
+//! `GET /api/v2/monitor/health/history`, asked when the page opens and when a
+//! state begins anew; without that route the strip shows the current state.
 //!
 //! Who may show it inside a frame of theirs is [`FrameAncestors`]: the page's
 //! own origin always, and the origins configured (`[api] frame_ancestors`),
@@ -18,11 +24,12 @@ use crate::ApiState;
 /// The page, as it ships.
 pub const PAGE: &str = include_str!("../assets/dashboard.html");
 
-/// What the page may load and run: its own inline script and style, and
-/// requests to its own origin (the report and its stream); nothing else.
-/// `frame-ancestors` follows, from [`FrameAncestors`].
-const POLICY: &str =
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'";
+/// What the page may load and run: its own inline script and style, its
+/// favicon (a `data:` SVG it draws), and requests to its own origin (the
+/// report, its stream, the history); nothing else. `frame-ancestors` follows,
+/// from [`FrameAncestors`].
+const POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+     img-src data:; connect-src 'self'";
 
 /// The origins allowed to frame the dashboard, besides its own: the page's
 /// `Content-Security-Policy` ends with `frame-ancestors 'self'` and them.
