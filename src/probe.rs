@@ -97,6 +97,28 @@ fn agent(cacert: Option<&Path>) -> anyhow::Result<ureq::Agent> {
     Ok(agent.build())
 }
 
+/// `, for 3m (was healthy)`: how long an instance's state has held, from its
+/// `since` and `previous`; nothing when the report does not say.
+fn since(instance: &Value) -> String {
+    let Some(at) = instance["since"]
+        .as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+    else {
+        return String::new();
+    };
+    let held = (Utc::now() - at.with_timezone(&Utc))
+        .to_std()
+        .unwrap_or_default();
+    let held = Duration::from_secs(held.as_secs());
+    match instance["previous"].as_str() {
+        Some(previous) => format!(
+            ", for {} (was {previous})",
+            overseer_core::duration::age(held)
+        ),
+        None => format!(", for {}", overseer_core::duration::age(held)),
+    }
+}
+
 /// The report as a table for people.
 fn table(report: &Value) -> String {
     let text = |v: &Value| v.as_str().map_or_else(|| "-".to_owned(), str::to_owned);
@@ -129,7 +151,7 @@ fn table(report: &Value) -> String {
         for instance in entry["instances"].as_array().into_iter().flatten() {
             if name == "executor" {
                 out += &format!(
-                    "  {} {} on {}: {}{}\n",
+                    "  {} {} on {}: {}{}{}\n",
                     text(&instance["executor"]),
                     text(&instance["instance"]),
                     text(&instance["hostname"]),
@@ -137,7 +159,8 @@ fn table(report: &Value) -> String {
                     instance["reason"]
                         .as_str()
                         .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    since(instance)
                 );
             } else {
                 out += &format!(
