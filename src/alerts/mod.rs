@@ -282,17 +282,14 @@ pub fn observed(report: &HealthReport, hostname: &str) -> Vec<Observed> {
         .iter()
         .flat_map(|e| e.instances.iter())
         .filter(|i| i.hostname.as_deref() == Some(hostname))
-        .map(|i| {
-            let verdict = overseer_core::report::VerdictFields::from(&i.health);
-            Observed {
-                key: InstanceKey {
-                    executor: i.executor.clone().unwrap_or_default(),
-                    instance: i.instance.clone().unwrap_or_default(),
-                    hostname: hostname.to_owned(),
-                },
-                health: verdict.health,
-                reason: verdict.reason.map(str::to_owned),
-            }
+        .map(|i| Observed {
+            key: InstanceKey {
+                executor: i.executor.clone().unwrap_or_default(),
+                instance: i.instance.clone().unwrap_or_default(),
+                hostname: hostname.to_owned(),
+            },
+            health: overseer_core::report::ExecutorHealthKind::of(&i.health),
+            reason: i.health.reason().map(str::to_owned),
         })
         .collect()
 }

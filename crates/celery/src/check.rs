@@ -416,9 +416,15 @@ impl HealthCheck for CeleryCheck {
             "celery check"
         );
         let detail = probe.detail();
+        // A healthy verdict's reason is a note: the failover brokers that did
+        // not answer.
+        let note = (probe.health == ExecutorHealth::Healthy)
+            .then(|| probe.reason.clone())
+            .flatten();
         let observation = Observation {
             health: probe.health.clone(),
             detail: (!detail.is_empty()).then_some(detail),
+            note,
         };
         *self
             .inner

@@ -429,31 +429,38 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
             }
         }
     }
-    let health = if findings.is_empty() {
-        ExecutorHealth::Healthy
-    } else {
-        if !connected.is_empty() {
-            let lost: Vec<&EdgeWorker> = workers.iter().filter(|w| w.state == "unknown").collect();
-            if !lost.is_empty() {
-                findings.push(format!(
-                    "no heartbeat for 5 heartbeats from {}",
-                    named(lost.iter().map(|w| format!("edge worker {}", w.name)))
-                ));
-            }
+    // Workers gone quiet, or reporting a warning, are named whatever the
+    // verdict: in its reason when unhealthy, in its note when healthy.
+    let mut concerns = Vec::new();
+    if !connected.is_empty() {
+        let lost: Vec<&EdgeWorker> = workers.iter().filter(|w| w.state == "unknown").collect();
+        if !lost.is_empty() {
+            concerns.push(format!(
+                "no heartbeat for 5 heartbeats from {}",
+                named(lost.iter().map(|w| format!("edge worker {}", w.name)))
+            ));
         }
-        for worker in workers
-            .iter()
-            .filter(|w| w.status.is_some_and(|s| s >= WARNING))
-        {
-            let level = level_name(worker.status.unwrap_or_default());
-            findings.push(match &worker.status_text {
-                Some(text) => format!("edge worker {} reports {level}: {text}", worker.name),
-                None => format!("edge worker {} reports {level}", worker.name),
-            });
-        }
-        ExecutorHealth::unhealthy(findings.join("; "))
-    };
-    Observation::new(health, detail(fleet, configured, instance))
+    }
+    for worker in workers
+        .iter()
+        .filter(|w| w.status.is_some_and(|s| s >= WARNING))
+    {
+        let level = level_name(worker.status.unwrap_or_default());
+        concerns.push(match &worker.status_text {
+            Some(text) => format!("edge worker {} reports {level}: {text}", worker.name),
+            None => format!("edge worker {} reports {level}", worker.name),
+        });
+    }
+    let detail = detail(fleet, configured, instance);
+    if findings.is_empty() {
+        let observation = Observation::new(ExecutorHealth::Healthy, detail);
+        return match concerns.is_empty() {
+            true => observation,
+            false => observation.with_note(concerns.join("; ")),
+        };
+    }
+    findings.extend(concerns);
+    Observation::new(ExecutorHealth::unhealthy(findings.join("; ")), detail)
 }
 
 /// The detail of the module's doc: queues with their waiting jobs and takers,

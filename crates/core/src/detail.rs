@@ -23,6 +23,11 @@ pub struct Observation {
     pub health: ExecutorHealth,
     /// The evidence, when the check has any to give.
     pub detail: Option<Detail>,
+    /// Beside a `healthy` verdict, what is worth knowing all the same (a
+    /// failover broker that does not answer, an edge worker gone quiet): shown
+    /// as the instance's `reason` while it is healthy. Dropped with any other
+    /// verdict, whose reason says what matters.
+    pub note: Option<String>,
 }
 
 impl Observation {
@@ -31,7 +36,22 @@ impl Observation {
         Self {
             health,
             detail: Some(detail),
+            note: None,
         }
+    }
+
+    /// The same observation with a note beside its verdict (kept only while
+    /// the verdict is `healthy`).
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// The note, when the verdict is `healthy`.
+    pub fn healthy_note(&self) -> Option<&str> {
+        matches!(self.health, ExecutorHealth::Healthy)
+            .then_some(self.note.as_deref())
+            .flatten()
     }
 }
 
@@ -55,6 +75,7 @@ impl Observation {
         Self {
             health: self.health.scrubbed(),
             detail,
+            note: self.note.map(|note| crate::secret::scrub(&note)),
         }
     }
 }
@@ -64,6 +85,7 @@ impl From<ExecutorHealth> for Observation {
         Self {
             health,
             detail: None,
+            note: None,
         }
     }
 }

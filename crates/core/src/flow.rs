@@ -68,7 +68,11 @@ impl FlowWatch {
         max_age: Duration,
         now: Instant,
     ) -> Observation {
-        let Observation { health, detail } = observation;
+        let Observation {
+            health,
+            detail,
+            note,
+        } = observation;
         let mut detail = detail.unwrap_or_default();
         let mut findings = self.queue_findings(&detail.queues, max_age, now);
         if let Some(queued) = &queued {
@@ -87,9 +91,11 @@ impl FlowWatch {
             other => other,
         };
         detail.queued_tasks = queued;
+        let note = note.filter(|_| health == ExecutorHealth::Healthy);
         Observation {
             health,
             detail: (!detail.is_empty()).then_some(detail),
+            note,
         }
     }
 

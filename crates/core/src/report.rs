@@ -362,24 +362,6 @@ impl std::str::FromStr for ExecutorHealthKind {
     }
 }
 
-/// An executor's verdict as the report writes it: two fields of its instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-pub struct VerdictFields<'a> {
-    /// The verdict.
-    pub health: ExecutorHealthKind,
-    /// Why, for `unhealthy` and `unknown` (`null` for `healthy`); never a credential.
-    pub reason: Option<&'a str>,
-}
-
-impl<'a> From<&'a ExecutorHealth> for VerdictFields<'a> {
-    fn from(health: &'a ExecutorHealth) -> Self {
-        Self {
-            health: ExecutorHealthKind::of(health),
-            reason: health.reason(),
-        }
-    }
-}
-
 /// One live executor row: one executor, supervised from one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ExecutorInstance {
@@ -396,10 +378,16 @@ pub struct ExecutorInstance {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub latest_heartbeat: Option<DateTime<Utc>>,
-    /// The verdict, written as `health` and `reason`.
-    #[serde(flatten, serialize_with = "verdict_fields")]
-    #[schema(value_type = VerdictFields)]
+    /// The verdict (written as `health` and `reason`).
+    #[serde(skip)]
     pub health: ExecutorHealth,
+    /// The verdict's word.
+    #[serde(rename = "health")]
+    health_kind: ExecutorHealthKind,
+    /// Why, for `unhealthy` and `unknown`; for `healthy`, what is worth
+    /// knowing all the same (a failover broker that does not answer, an edge
+    /// worker gone quiet), else `null`. Never a credential.
+    pub reason: Option<String>,
     /// When the verdict was made.
     #[serde(serialize_with = "optional_timestamp")]
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -574,14 +562,20 @@ impl HealthReport {
                 let mut instances: Vec<ExecutorInstance> = of_type(JobType::ExecutorJob)
                     .map(|r| {
                         let extras = extras(r);
+                        let health = r
+                            .executor_health()
+                            .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()));
                         ExecutorInstance {
                             executor: r.executor_class.clone(),
                             instance: r.executor_instance.clone(),
                             hostname: r.hostname.clone(),
                             latest_heartbeat: r.latest_heartbeat,
-                            health: r
-                                .executor_health()
-                                .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string())),
+                            health_kind: ExecutorHealthKind::of(&health),
+                            reason: match &health {
+                                ExecutorHealth::Healthy => r.executor_health_reason.clone(),
+                                other => other.reason().map(str::to_owned),
+                            },
+                            health,
                             checked_at: r.executor_health_checked_at,
                             since: extras.since,
                             previous: extras.previous,
@@ -707,14 +701,6 @@ fn optional_timestamp<S: Serializer>(
 /// Writes the metadatabase's status as Airflow does: `{"status": ...}`.
 fn metadatabase_entry<S: Serializer>(status: &Status, serializer: S) -> Result<S::Ok, S::Error> {
     MetadatabaseEntry { status: *status }.serialize(serializer)
-}
-
-/// Writes a verdict as the two fields of its instance, `health` and `reason`.
-fn verdict_fields<S: Serializer>(
-    health: &ExecutorHealth,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    VerdictFields::from(health).serialize(serializer)
 }
 
 /// The index of a job type in [`JobType::ALL`].

@@ -195,9 +195,23 @@ pub struct VerdictRow {
     pub id: i32,
     /// The verdict: `executor_health` and `executor_health_reason`.
     pub health: ExecutorHealth,
+    /// For a healthy verdict, the note beside it, written as its
+    /// `executor_health_reason` (ignored for the others, whose reason is theirs).
+    pub note: Option<String>,
     /// `executor_health_checked_at`: when the verdict was made (or, for one
     /// written late, the last heartbeat it held through).
     pub checked_at: DateTime<Utc>,
+}
+
+impl VerdictRow {
+    /// What `executor_health_reason` holds: the verdict's reason, or a healthy
+    /// verdict's note.
+    pub fn reason(&self) -> Option<String> {
+        match &self.health {
+            ExecutorHealth::Healthy => self.note.clone(),
+            other => other.reason().map(str::to_owned),
+        }
+    }
 }
 
 /// Writes this session's heartbeats and the given verdicts (those that changed)
@@ -296,7 +310,7 @@ fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> String {
         (
             v.id,
             literal(v.health.as_str().into()),
-            literal(v.health.reason().map(str::to_owned).into()),
+            literal(v.reason().into()),
             timestamp_literal(backend, v.checked_at),
         )
     });

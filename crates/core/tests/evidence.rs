@@ -140,3 +140,85 @@ async fn a_check_s_evidence_reaches_the_report_and_judges_whether_work_flows() {
     .await;
     overseer.shutdown().await.unwrap();
 }
+
+/// A check that answers healthy with a note the test sets.
+#[derive(Clone)]
+struct Noted(Arc<Mutex<Option<String>>>);
+
+#[async_trait::async_trait]
+impl HealthCheck for Noted {
+    async fn get_health(&self) -> ExecutorHealth {
+        ExecutorHealth::Healthy
+    }
+
+    async fn observe(&self) -> Observation {
+        let note = self.0.lock().unwrap().clone();
+        Observation {
+            health: ExecutorHealth::Healthy,
+            detail: None,
+            note,
+        }
+    }
+}
+
+/// What is worth knowing beside a healthy verdict (a failover broker down, an
+/// edge worker gone quiet) is the instance's reason, in the report and in the
+/// row, and goes when it no longer holds.
+#[tokio::test]
+async fn a_healthy_verdict_s_note_is_its_reason_in_the_report_and_the_row() {
+    use overseer_core::entity::job;
+    use sea_orm::EntityTrait;
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let note = "healthy through failover; not answering: broker redis://standby:6379/0";
+    let check = Noted(Arc::new(Mutex::new(Some(note.into()))));
+    let overseer = Overseer::builder()
+        .database(&db.url)
+        .hostname("noted-host")
+        .poll_interval(Duration::from_millis(200))
+        .poll_timeout(Duration::from_millis(150))
+        .heartbeat_interval(Duration::from_millis(200))
+        .refresh_interval(Duration::from_millis(100))
+        .executor(Executor::new("CeleryExecutor", check.clone()))
+        .start()
+        .await
+        .unwrap();
+    let reason_of = |r: &HealthReport| {
+        r.executor
+            .as_ref()
+            .and_then(|e| e.instances.first())
+            .map(|i| (i.health.clone(), i.reason.clone()))
+    };
+    report_until(&overseer, "the note as the reason", |r| {
+        reason_of(r) == Some((ExecutorHealth::Healthy, Some(note.to_owned())))
+    })
+    .await;
+    let json: serde_json::Value = serde_json::from_str(overseer.report().json()).unwrap();
+    let instance = &json["executor"]["instances"][0];
+    assert_eq!(
+        (instance["health"].as_str(), instance["reason"].as_str()),
+        (Some("healthy"), Some(note))
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let rows = job::Entity::find().all(&db.conn).await.unwrap();
+        if rows
+            .iter()
+            .any(|r| r.executor_health_reason.as_deref() == Some(note))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the note never reached the row: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    *check.0.lock().unwrap() = None;
+    report_until(&overseer, "no note, no reason", |r| {
+        reason_of(r) == Some((ExecutorHealth::Healthy, None))
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+}

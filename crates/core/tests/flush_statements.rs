@@ -366,6 +366,7 @@ fn verdicts(ids: &[i32]) -> Vec<VerdictRow> {
             } else {
                 ExecutorHealth::unhealthy(format!("broker {i} refused the connection"))
             },
+            note: None,
             checked_at,
         })
         .collect()

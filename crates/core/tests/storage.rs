@@ -215,11 +215,15 @@ async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
             VerdictRow {
                 id: ids[0],
                 health: ExecutorHealth::unhealthy(tricky),
+                note: None,
                 checked_at,
             },
             VerdictRow {
                 id: ids[2],
                 health: ExecutorHealth::Healthy,
+                note: Some(
+                    "healthy through failover; not answering: broker redis://standby:6379/0".into(),
+                ),
                 checked_at,
             },
         ];
@@ -228,6 +232,13 @@ async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
             .unwrap();
 
         let rows: Vec<_> = rows_by_id(&db, &ids).await;
+        // A healthy verdict's note is its row's reason.
+        assert_eq!(
+            rows[2].executor_health_reason.as_deref(),
+            Some("healthy through failover; not answering: broker redis://standby:6379/0"),
+            "{:?}",
+            db.backend
+        );
         assert_eq!(
             rows[0].executor_health().unwrap(),
             ExecutorHealth::unhealthy(tricky),
@@ -298,6 +309,7 @@ async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps
         let verdict = |id: i32, health: ExecutorHealth, checked_at| VerdictRow {
             id,
             health,
+            note: None,
             checked_at,
         };
 

@@ -559,6 +559,7 @@ fn a_poll_running_when_its_executor_actor_restarts_is_answered_by_its_reply() {
             tick,
             health,
             detail: None,
+            note: None,
         };
         assert_eq!(
             *answers.0.lock().unwrap(),
@@ -593,6 +594,7 @@ fn answers_to_polls_no_longer_in_flight_are_ignored() {
                 tick,
                 health: ExecutorHealth::Healthy,
                 detail: None,
+                note: None,
             });
         }
         tokio::time::sleep(Duration::from_secs(25)).await;

@@ -121,7 +121,7 @@ fn the_verdict_follows_the_module_s_table() {
             ExecutorHealth::Healthy,
         ),
         (
-            "a worker lost while another serves: healthy (no reason to carry)",
+            "a worker lost while another serves: healthy (the note names it)",
             fleet(
                 vec![
                     worker("w1", "idle", default, Some(8)),
@@ -185,9 +185,42 @@ fn workers_reporting_a_warning_are_named_in_an_unhealthy_reason() {
              edge worker w2 reports error"
         )
     );
-    // Healthy otherwise: the verdict has no reason to carry the warning.
+    // Healthy otherwise: the warning is the note beside the verdict, shown
+    // as its reason.
     let observed = judge(&fleet(vec![warned], &[]), &[], INSTANCE);
     assert_eq!(observed.health, ExecutorHealth::Healthy);
+    assert_eq!(
+        observed.healthy_note(),
+        Some("edge worker w1 reports warning: Healthy but version mismatch")
+    );
+}
+
+#[test]
+fn a_lost_worker_beside_a_serving_one_is_named_in_the_healthy_note() {
+    let default: Option<&[&str]> = Some(&["default"]);
+    let observed = judge(
+        &fleet(
+            vec![
+                worker("w1", "idle", default, Some(8)),
+                worker("w2", "unknown", default, None),
+            ],
+            &[("default", 1)],
+        ),
+        &["default".into()],
+        INSTANCE,
+    );
+    assert_eq!(observed.health, ExecutorHealth::Healthy);
+    assert_eq!(
+        observed.healthy_note(),
+        Some("no heartbeat for 5 heartbeats from edge worker w2")
+    );
+    // Nothing to say: no note.
+    let observed = judge(
+        &fleet(vec![worker("w1", "idle", default, Some(8))], &[]),
+        &["default".into()],
+        INSTANCE,
+    );
+    assert_eq!(observed.healthy_note(), None);
 }
 
 #[test]

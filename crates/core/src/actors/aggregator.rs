@@ -193,10 +193,26 @@ impl OwnRow {
         }
     }
 
-    fn set(&mut self, health: &ExecutorHealth, checked_at: Option<DateTime<Utc>>) {
+    /// Holds a verdict: `executor_health_reason` is its reason, or, for a
+    /// healthy one, its note.
+    fn set(
+        &mut self,
+        health: &ExecutorHealth,
+        note: Option<&str>,
+        checked_at: Option<DateTime<Utc>>,
+    ) {
         self.row.executor_health = health.as_str().to_owned();
-        self.row.executor_health_reason = health.reason().map(str::to_owned);
+        self.row.executor_health_reason = reason_column(health, note);
         self.row.executor_health_checked_at = checked_at;
+    }
+}
+
+/// What `executor_health_reason` holds for a verdict: its reason, or, for a
+/// healthy one, the note beside it.
+fn reason_column(health: &ExecutorHealth, note: Option<&str>) -> Option<String> {
+    match health {
+        ExecutorHealth::Healthy => note.map(str::to_owned),
+        other => other.reason().map(str::to_owned),
     }
 }
 
@@ -488,6 +504,7 @@ impl Aggregator {
                         VerdictRow {
                             id: own.row.id,
                             health: own.health(),
+                            note: own.row.executor_health_reason.clone(),
                             checked_at,
                         },
                     )
@@ -761,7 +778,7 @@ impl Aggregator {
                             && i.instance == own.row.executor_instance
                     });
                     if let Some(shown) = shown.filter(|s| s.checked_at.is_some()) {
-                        own.set(&shown.health, shown.checked_at);
+                        own.set(&shown.health, shown.reason.as_deref(), shown.checked_at);
                         own.version = 1;
                     }
                 }
@@ -899,16 +916,18 @@ impl Actor for Aggregator {
 impl Handler<NewVerdict> for Aggregator {
     type Result = ();
 
-    /// A verdict equal to the one held (same health and reason) changes
-    /// nothing: it is neither written nor published again, and its
+    /// A verdict equal to the one held (same health and reason, or note)
+    /// changes nothing: it is neither written nor published again, and its
     /// `checked_at` moves with the next heartbeat. Any other is shown soon and
     /// written at the next flush.
     fn handle(&mut self, verdict: NewVerdict, ctx: &mut Context<Self>) {
         let Some(own) = self.own.get_mut(verdict.executor) else {
             return;
         };
-        let unchanged =
-            own.row.executor_health_checked_at.is_some() && own.health() == verdict.health;
+        let unchanged = own.row.executor_health_checked_at.is_some()
+            && own.health() == verdict.health
+            && own.row.executor_health_reason
+                == reason_column(&verdict.health, verdict.note.as_deref());
         let new_detail = own.detail != verdict.detail;
         if new_detail {
             own.detail = verdict.detail;
@@ -920,7 +939,7 @@ impl Handler<NewVerdict> for Aggregator {
             return;
         }
         let made_at = storage::to_micros(verdict.checked_at);
-        own.set(&verdict.health, Some(made_at));
+        own.set(&verdict.health, verdict.note.as_deref(), Some(made_at));
         own.made_at = Some(made_at);
         own.fresh = true;
         own.version += 1;

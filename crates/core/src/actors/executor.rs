@@ -75,6 +75,8 @@ pub struct Answered {
     pub health: ExecutorHealth,
     /// The evidence, when there is any.
     pub detail: Option<Arc<Detail>>,
+    /// Beside a `healthy` verdict, what is worth knowing all the same.
+    pub note: Option<String>,
 }
 
 /// The way back for one poll's answer. It answers once: with the verdict, or,
@@ -98,6 +100,7 @@ impl Reply {
             to.do_send(Answered {
                 executor: self.executor,
                 tick: self.tick,
+                note: observation.healthy_note().map(str::to_owned),
                 health: observation.health,
                 detail: observation.detail.map(Arc::new),
             });

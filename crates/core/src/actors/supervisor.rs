@@ -59,6 +59,8 @@ pub struct NewVerdict {
     pub checked_at: DateTime<Utc>,
     /// The latest poll's evidence (`None` when it gave none, or timed out).
     pub detail: Option<Arc<Detail>>,
+    /// Beside a `healthy` verdict held, the note its poll gave.
+    pub note: Option<String>,
 }
 
 /// How the supervisor polls.
@@ -113,6 +115,8 @@ struct Polled {
     reported_at: Option<DateTime<Utc>>,
     /// The evidence last sent.
     detail: Option<Arc<Detail>>,
+    /// The note of the verdict held.
+    note: Option<String>,
 }
 
 /// The actor that polls every executor.
@@ -146,6 +150,7 @@ impl HealthSupervisor {
                 successes: 0,
                 reported_at: None,
                 detail: None,
+                note: None,
             })
             .collect();
         Self {
@@ -207,7 +212,7 @@ impl HealthSupervisor {
             ExecutorStats::bump(&executor.stats.timeouts);
             // The verdict's line says it, once; a poll's timeout is detail.
             tracing::debug!(executor = %executor.label, "{reason}");
-            self.observe(index, ExecutorHealth::unhealthy(reason.clone()), None);
+            self.observe(index, ExecutorHealth::unhealthy(reason.clone()), None, None);
         }
     }
 
@@ -219,6 +224,7 @@ impl HealthSupervisor {
             tick,
             health,
             detail,
+            note,
         } = answer;
         let Some(executor) = self.executors.get_mut(index) else {
             return;
@@ -240,12 +246,18 @@ impl HealthSupervisor {
             return;
         }
         executor.stats.observe_poll(in_flight.sent.elapsed());
-        self.observe(index, health, detail);
+        self.observe(index, health, detail, note);
     }
 
     /// Applies the damping thresholds, and reports the verdict that results;
     /// or, when the verdict held stays, the evidence if it changed.
-    fn observe(&mut self, index: usize, observed: ExecutorHealth, detail: Option<Arc<Detail>>) {
+    fn observe(
+        &mut self,
+        index: usize,
+        observed: ExecutorHealth,
+        detail: Option<Arc<Detail>>,
+        note: Option<String>,
+    ) {
         let settings = self.settings;
         let executor = &mut self.executors[index];
         let report = match &observed {
@@ -275,6 +287,7 @@ impl HealthSupervisor {
                     health: executor.reported.clone(),
                     checked_at: executor.reported_at.unwrap_or_else(Utc::now),
                     detail,
+                    note: executor.note.clone(),
                 });
             }
             return;
@@ -292,11 +305,13 @@ impl HealthSupervisor {
         executor.reported = observed.clone();
         executor.reported_at = Some(now);
         executor.detail = detail.clone();
+        executor.note = note.clone();
         self.sink.do_send(NewVerdict {
             executor: index,
             health: observed,
             checked_at: now,
             detail,
+            note,
         });
     }
 }
