@@ -2,14 +2,15 @@
 //! reaches the report as it changes (the verdict unchanged), and the rules on
 //! work flowing turn it into a verdict there.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use overseer_core::detail::{Detail, Observation, QueueDetail};
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, Overseer};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport};
 use overseer_migration::{Migrator, MigratorTrait};
-
-const PATIENCE: Duration = Duration::from_secs(30);
+use support::{PATIENCE, quick, report_until};
 
 /// A check that answers healthy, with one queue whose depth and consumers the test sets.
 #[derive(Clone)]
@@ -44,30 +45,6 @@ impl HealthCheck for Queue {
     }
 }
 
-async fn report_until(
-    overseer: &Overseer,
-    what: &str,
-    done: impl Fn(&HealthReport) -> bool,
-) -> Arc<HealthReport> {
-    let mut reports = overseer.watch();
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let report = reports.borrow_and_update().clone();
-            if done(&report) {
-                return report;
-            }
-            reports.changed().await.expect("the actors run");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "{what}: not seen within {PATIENCE:?}; last: {}",
-            overseer.report().json()
-        )
-    })
-}
-
 fn queue_of(report: &HealthReport) -> Option<QueueDetail> {
     let instance = report.executor.as_ref()?.instances.first()?;
     instance.detail.as_ref()?.queues.first().cloned()
@@ -82,13 +59,7 @@ async fn a_check_s_evidence_reaches_the_report_and_judges_whether_work_flows() {
     let db = overseer_testkit::sqlite().await;
     Migrator::up(&db.conn, None).await.unwrap();
     let queue = Queue(Arc::new(Mutex::new((3, Some(1)))));
-    let overseer = Overseer::builder()
-        .database(&db.url)
-        .hostname("evidence-host")
-        .poll_interval(Duration::from_millis(200))
-        .poll_timeout(Duration::from_millis(150))
-        .heartbeat_interval(Duration::from_millis(200))
-        .refresh_interval(Duration::from_millis(100))
+    let overseer = quick(&db.url, "evidence-host")
         .executor(
             Executor::new("CeleryExecutor", queue.clone())
                 .with_max_queued_age(Duration::from_secs(3)),
@@ -172,13 +143,7 @@ async fn a_healthy_verdict_s_note_is_its_reason_in_the_report_and_the_row() {
     Migrator::up(&db.conn, None).await.unwrap();
     let note = "healthy through failover; not answering: broker redis://standby:6379/0";
     let check = Noted(Arc::new(Mutex::new(Some(note.into()))));
-    let overseer = Overseer::builder()
-        .database(&db.url)
-        .hostname("noted-host")
-        .poll_interval(Duration::from_millis(200))
-        .poll_timeout(Duration::from_millis(150))
-        .heartbeat_interval(Duration::from_millis(200))
-        .refresh_interval(Duration::from_millis(100))
+    let overseer = quick(&db.url, "noted-host")
         .executor(Executor::new("CeleryExecutor", check.clone()))
         .start()
         .await

@@ -4,6 +4,8 @@
 //! host's rows), a transition made while Postgres is killed written when it
 //! returns, and old transitions pruned.
 
+mod support;
+
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,16 +15,13 @@ use overseer_core::entity::{history as history_row, job};
 use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
 use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
 use overseer_core::storage::{self, HistoryWrite, Session};
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType, Overseer};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
 };
-
-/// The longest a test waits for something the actors do every 100-200 ms
-/// (or, for another host's rows, at the next full read, every 10 s).
-const PATIENCE: Duration = Duration::from_secs(30);
+use support::{PATIENCE, quick, report_until};
 
 /// A check whose answer the test sets.
 #[derive(Clone)]
@@ -45,45 +44,10 @@ impl HealthCheck for Switch {
     }
 }
 
-fn quick(url: &str, host: &str) -> overseer_core::OverseerBuilder {
-    Overseer::builder()
-        .database(url)
-        .hostname(host)
-        .poll_interval(Duration::from_millis(200))
-        .poll_timeout(Duration::from_millis(150))
-        .heartbeat_interval(Duration::from_millis(200))
-        .refresh_interval(Duration::from_millis(100))
-}
-
 const BROKER: &str = "redis://broker:6379/0";
 
 fn celery(check: &Switch) -> Executor {
     Executor::new("CeleryExecutor", check.clone()).with_instance(BROKER)
-}
-
-/// Waits until the published report satisfies `done`.
-async fn report_until(
-    overseer: &Overseer,
-    what: &str,
-    done: impl Fn(&HealthReport) -> bool,
-) -> Arc<HealthReport> {
-    let mut reports = overseer.watch();
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let report = reports.borrow_and_update().clone();
-            if done(&report) {
-                return report;
-            }
-            reports.changed().await.expect("the actors run");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "{what}: not seen within {PATIENCE:?}; last: {}",
-            overseer.report().json()
-        )
-    })
 }
 
 /// The executor instance of `host` in a report.

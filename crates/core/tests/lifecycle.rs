@@ -4,6 +4,8 @@
 //! lost, refreshes that never read this process's own rows, and a JSON
 //! rendered only when the report changes.
 
+mod support;
+
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,16 +14,12 @@ use chrono::{Timelike, Utc};
 use overseer_core::entity::job;
 use overseer_core::report::Status;
 use overseer_core::storage::{self, Session};
-use overseer_core::{
-    Executor, ExecutorHealth, HealthCheck, HealthReport, JobState, JobType, Overseer,
-};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder};
+use support::{PATIENCE, quick, report_until};
 use tokio_stream::StreamExt;
-
-/// The longest a test waits for something the actors do every 100-200 ms.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A check whose answer the test sets.
 #[derive(Clone)]
@@ -42,41 +40,6 @@ impl HealthCheck for Switch {
     async fn get_health(&self) -> ExecutorHealth {
         self.0.lock().unwrap().clone()
     }
-}
-
-fn quick(url: &str, host: &str) -> overseer_core::OverseerBuilder {
-    Overseer::builder()
-        .database(url)
-        .hostname(host)
-        .poll_interval(Duration::from_millis(200))
-        .poll_timeout(Duration::from_millis(150))
-        .heartbeat_interval(Duration::from_millis(200))
-        .refresh_interval(Duration::from_millis(100))
-}
-
-/// Waits until the published report satisfies `done`.
-async fn report_until(
-    overseer: &Overseer,
-    what: &str,
-    done: impl Fn(&HealthReport) -> bool,
-) -> Arc<HealthReport> {
-    let mut reports = overseer.watch();
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let report = reports.borrow_and_update().clone();
-            if done(&report) {
-                return report;
-            }
-            reports.changed().await.expect("the actors run");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "{what}: not seen within {PATIENCE:?}; last: {}",
-            overseer.report().json()
-        )
-    })
 }
 
 /// The row with this id.

@@ -2,19 +2,18 @@
 //! reads them for every executor, the index it uses on Postgres, and the
 //! verdict an executor with no check of its own gets from them.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use overseer_core::detail::QueuedOnQueue;
 use overseer_core::queued::{self, QueuedRow};
-use overseer_core::{Executor, ExecutorHealth, HealthReport, Overseer};
+use overseer_core::{Executor, ExecutorHealth, HealthReport};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
-
-/// The longest a test waits for something the actors do every 100-200 ms.
-const PATIENCE: Duration = Duration::from_secs(30);
+use support::{quick, report_until};
 
 /// The columns of Airflow 3.3's `task_instance` that the query reads (and the
 /// key), with its `ti_state` index, in each backend's types as Airflow's
@@ -271,40 +270,6 @@ async fn on_postgres_the_query_reads_through_the_ti_state_index() {
     );
 }
 
-fn quick(url: &str) -> overseer_core::OverseerBuilder {
-    Overseer::builder()
-        .database(url)
-        .hostname("queued-host")
-        .poll_interval(Duration::from_millis(200))
-        .poll_timeout(Duration::from_millis(150))
-        .heartbeat_interval(Duration::from_millis(200))
-        .refresh_interval(Duration::from_millis(100))
-}
-
-async fn report_until(
-    overseer: &Overseer,
-    what: &str,
-    done: impl Fn(&HealthReport) -> bool,
-) -> Arc<HealthReport> {
-    let mut reports = overseer.watch();
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let report = reports.borrow_and_update().clone();
-            if done(&report) {
-                return report;
-            }
-            reports.changed().await.expect("the actors run");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "{what}: not seen within {PATIENCE:?}; last: {}",
-            overseer.report().json()
-        )
-    })
-}
-
 fn verdict_of(report: &HealthReport, executor: &str) -> Option<ExecutorHealth> {
     report
         .executor
@@ -325,7 +290,7 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
         let backend = db.backend;
         Migrator::up(&db.conn, None).await.unwrap();
         db.execute_script(task_instance_ddl(backend)).await;
-        let overseer = quick(&db.url)
+        let overseer = quick(&db.url, "queued-host")
             .executor(
                 Executor::unchecked("LocalExecutor").with_max_queued_age(Duration::from_secs(60)),
             )
@@ -449,7 +414,7 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
 async fn without_airflow_s_tables_an_executor_without_a_check_stays_unknown() {
     let db = overseer_testkit::sqlite().await;
     Migrator::up(&db.conn, None).await.unwrap();
-    let overseer = quick(&db.url)
+    let overseer = quick(&db.url, "queued-host")
         .executor(Executor::unchecked("LocalExecutor"))
         .start()
         .await
