@@ -47,6 +47,8 @@
 //! and stopped by pid, their logs, the check that none is left behind), which no other
 //! test binary shares.
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -59,6 +61,9 @@ use overseer::config::duration;
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use serde_json::Value;
+use support::procs::{
+    Timings, alive, cmdline, proc_stat, proc_table, read, signal, signal_group, tail, wait_deadline,
+};
 
 /// The binary under test.
 const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
@@ -132,7 +137,7 @@ const WORKER: &str = "celery-worker";
 
 #[tokio::test]
 async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
-    let mut timings = Timings::default();
+    let mut timings = Timings::new("interop");
 
     // 1. install
     let Some(venv) = airflow_venv(&mut timings) else {
@@ -1290,7 +1295,7 @@ impl Run {
                 .any(|ancestor| leaders.contains(&ancestor))
         };
         for process in &table {
-            if descends(process.pid) || process.marked(&self.marker) {
+            if descends(process.pid) || process.marked(MARKER_VAR, &self.marker) {
                 self.seen.insert((process.pid, process.start));
             }
         }
@@ -1333,7 +1338,7 @@ impl Run {
             .chain(
                 proc_table()
                     .into_iter()
-                    .filter(|p| p.marked(&self.marker))
+                    .filter(|p| p.marked(MARKER_VAR, &self.marker))
                     .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid))),
             )
             .collect::<BTreeSet<_>>()
@@ -1374,99 +1379,6 @@ impl Drop for Run {
         {
             eprintln!("interop: kept the run folder {}", dir.keep().display());
         }
-    }
-}
-
-/// One line of `/proc/<pid>/stat`, the fields this test needs.
-struct ProcStat {
-    pid: u32,
-    ppid: u32,
-    /// Its process group.
-    pgrp: u32,
-    state: char,
-    /// Clock ticks after boot: with the pid, names a process even after pid reuse.
-    start: u64,
-}
-
-impl ProcStat {
-    fn marked(&self, marker: &str) -> bool {
-        let needle = format!("{MARKER_VAR}={marker}");
-        self.state != 'Z'
-            && std::fs::read(format!("/proc/{}/environ", self.pid))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
-    }
-}
-
-fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces: fields start after the last ')'.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(ProcStat {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
-fn proc_table() -> Vec<ProcStat> {
-    std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(proc_stat)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// True while `pid` runs (a zombie waiting to be reaped has stopped running).
-fn alive(pid: u32) -> bool {
-    proc_stat(pid).is_some_and(|p| p.state != 'Z')
-}
-
-fn cmdline(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            String::from_utf8_lossy(&c)
-                .replace('\0', " ")
-                .trim()
-                .to_owned()
-        })
-        .unwrap_or_default()
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// `signal` to every process of the group `pgid`.
-fn signal_group(pgid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), "--".to_owned(), format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Waits for `child` until `deadline`; kills it and answers `None` when it is late.
-fn wait_deadline(child: &mut Child, deadline: Duration) -> Option<ExitStatus> {
-    let until = Instant::now() + deadline;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -1579,34 +1491,4 @@ fn disagreements(
         }
     }
     problems
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// How long each phase took, printed at the end.
-#[derive(Default)]
-struct Timings(Vec<(String, Duration)>);
-
-impl Timings {
-    fn add(&mut self, phase: &str, took: Duration) {
-        eprintln!("interop: {phase}: {took:.1?}");
-        self.0.push((phase.to_owned(), took));
-    }
-
-    fn render(&self) -> String {
-        let total: Duration = self.0.iter().map(|(_, d)| *d).sum();
-        let mut text = String::new();
-        for (phase, took) in &self.0 {
-            let _ = writeln!(text, "  {phase:<40} {took:>8.1?}");
-        }
-        let _ = write!(text, "  {:<40} {total:>8.1?}", "total");
-        text
-    }
 }

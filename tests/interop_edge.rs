@@ -24,6 +24,8 @@
 //! Needs Postgres on loopback, `python3`, and PyPI the first time; without them it
 //! says SKIPPED, and fails under `CI`.
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -34,6 +36,9 @@ use std::time::{Duration, Instant};
 use overseer::config::duration;
 use overseer_testkit::TestDb;
 use serde_json::Value;
+use support::procs::{
+    Timings, alive, cmdline, proc_stat, proc_table, read, signal, signal_group, tail, wait_deadline,
+};
 
 /// The binary under test.
 const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
@@ -71,7 +76,7 @@ const MARKER_VAR: &str = "INTEROP_EDGE_RUN";
 
 #[tokio::test]
 async fn overseer_judges_a_real_edge_fleet() {
-    let mut timings = Timings::default();
+    let mut timings = Timings::new("interop-edge");
 
     // 1. install
     let started = Instant::now();
@@ -593,7 +598,7 @@ impl Run {
                 .any(|ancestor| leaders.contains(&ancestor))
         };
         for process in &table {
-            if descends(process.pid) || process.marked(&self.marker) {
+            if descends(process.pid) || process.marked(MARKER_VAR, &self.marker) {
                 self.seen.insert((process.pid, process.start));
             }
         }
@@ -628,7 +633,7 @@ impl Run {
         }
         let marked = proc_table()
             .into_iter()
-            .filter(|p| p.marked(&self.marker))
+            .filter(|p| p.marked(MARKER_VAR, &self.marker))
             .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid)));
         self.still_alive()
             .into_iter()
@@ -674,94 +679,6 @@ impl Drop for Run {
     }
 }
 
-/// One line of `/proc/<pid>/stat`, the fields this test needs.
-struct ProcStat {
-    pid: u32,
-    ppid: u32,
-    pgrp: u32,
-    state: char,
-    /// Clock ticks after boot: with the pid, names a process even after pid reuse.
-    start: u64,
-}
-
-impl ProcStat {
-    fn marked(&self, marker: &str) -> bool {
-        let needle = format!("{MARKER_VAR}={marker}");
-        self.state != 'Z'
-            && std::fs::read(format!("/proc/{}/environ", self.pid))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
-    }
-}
-
-fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(ProcStat {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
-fn proc_table() -> Vec<ProcStat> {
-    std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(proc_stat)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn alive(pid: u32) -> bool {
-    proc_stat(pid).is_some_and(|p| p.state != 'Z')
-}
-
-fn cmdline(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            String::from_utf8_lossy(&c)
-                .replace('\0', " ")
-                .trim()
-                .to_owned()
-        })
-        .unwrap_or_default()
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
-fn signal_group(pgid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), "--".to_owned(), format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
-fn wait_deadline(child: &mut Child, deadline: Duration) -> Option<ExitStatus> {
-    let until = Instant::now() + deadline;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A health report, or `None` while the server does not answer 200 with JSON.
 fn try_get_json(url: &str) -> Option<Value> {
     let response = ureq::get(url)
@@ -769,32 +686,4 @@ fn try_get_json(url: &str) -> Option<Value> {
         .call()
         .ok()?;
     serde_json::from_str(&response.into_string().ok()?).ok()
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// How long each phase took, printed at the end.
-#[derive(Default)]
-struct Timings(Vec<(String, Duration)>);
-
-impl Timings {
-    fn add(&mut self, phase: &str, took: Duration) {
-        eprintln!("interop-edge: {phase}: {took:.1?}");
-        self.0.push((phase.to_owned(), took));
-    }
-
-    fn render(&self) -> String {
-        let mut text = String::new();
-        for (phase, took) in &self.0 {
-            let _ = writeln!(text, "  {phase:<45} {took:>8.1?}");
-        }
-        text
-    }
 }
