@@ -49,11 +49,10 @@
 
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write as _;
+use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, FixedOffset, Utc};
@@ -62,7 +61,7 @@ use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use serde_json::Value;
 use support::procs::{
-    Timings, alive, cmdline, proc_stat, proc_table, read, signal, signal_group, tail, wait_deadline,
+    Process, Processes, Timings, proc_table, read, signal, signal_group, tail, wait_deadline,
 };
 
 /// The binary under test.
@@ -399,7 +398,10 @@ fn one_healthy_broker_instance(overseer: &Value, broker: &str) {
 /// `queued_dttm` to the first report seen saying so.
 async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
     assert!(
-        !run.processes.iter().any(|p| p.name == WORKER && !p.reaped),
+        !run.procs
+            .started
+            .iter()
+            .any(|p| p.name == WORKER && !p.reaped),
         "no Celery worker runs yet"
     );
     wait_for_rows(
@@ -642,7 +644,7 @@ async fn wait_for_rows(
         if accept(&rows) {
             return rows;
         }
-        run.check_ours(what);
+        run.procs.check_ours(what);
         assert!(
             Instant::now() < until,
             "{what}: not within {deadline:?}; last read {rows:?}"
@@ -844,7 +846,7 @@ async fn stop(run: &mut Run, db: &TestDb) {
         .strings("SELECT state || ' ' || (end_date IS NOT NULL)::text FROM job WHERE job_type = 'ExecutorJob'")
         .await;
     assert_eq!(executor_rows, ["success true"], "Overseer ended its row");
-    let strays = run.stop_all();
+    let strays = run.procs.stop_all(STOP_GRACE);
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
 }
 
@@ -892,27 +894,8 @@ struct Run {
     api_port: u16,
     /// Signs the tokens Airflow's components hand each other: one value for all of them.
     jwt_secret: String,
-    /// The value of [`MARKER_VAR`] for this run.
-    marker: String,
-    /// The long-running processes the test started, in order.
-    processes: Vec<Process>,
-    /// Every process of ours ever seen alive, by (pid, start time): what `stop_all` ends.
-    seen: BTreeSet<(u32, u64)>,
-    /// Set once `stop_all` ran, so dropping does not run it again.
-    stopped: bool,
-}
-
-/// A process the test started, and the file its output goes to.
-struct Process {
-    /// Names its log file, and it in failure messages.
-    name: String,
-    child: Child,
-    log: PathBuf,
-    /// Leads a process group of its own (its pid is the group's id), signalled as a whole:
-    /// the Celery worker, whose pool processes are its children.
-    group: bool,
-    /// Waited for already: its pid may belong to someone else now, never signal it.
-    reaped: bool,
+    /// What the run started, and every process of theirs seen.
+    procs: Processes,
 }
 
 /// What a finished command printed, and how it ended.
@@ -944,10 +927,7 @@ impl Run {
             broker_port: overseer_testkit::throwaway::free_port(),
             api_port: overseer_testkit::throwaway::free_port(),
             jwt_secret: format!("overseer-interop-{marker}"),
-            marker,
-            processes: Vec::new(),
-            seen: BTreeSet::new(),
-            stopped: false,
+            procs: Processes::new(MARKER_VAR, marker),
         }
     }
 
@@ -978,7 +958,7 @@ impl Run {
                 "PATH",
                 format!("{}:{path}", self.venv.join("bin").display()),
             )
-            .env(MARKER_VAR, &self.marker)
+            .env(MARKER_VAR, &self.procs.marker)
             .env("PYTHONUNBUFFERED", "1")
             .env("AIRFLOW_HOME", self.dir().join("airflow-home"))
             .env(
@@ -1061,14 +1041,14 @@ impl Run {
             .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        self.processes.push(Process {
+        self.procs.started.push(Process {
             name: name.to_owned(),
             child,
             log,
             group,
             reaped: false,
         });
-        self.note_ours();
+        self.procs.note_ours();
     }
 
     /// Runs a command to its end (killed at `deadline`), its output to `logs/<name>.log`.
@@ -1095,7 +1075,8 @@ impl Run {
     fn start_broker(&mut self) {
         // A restart logs to a file of its own, beside the first broker's.
         let starts = self
-            .processes
+            .procs
+            .started
             .iter()
             .filter(|p| p.name.starts_with("redis"))
             .count();
@@ -1128,7 +1109,8 @@ impl Run {
     /// until its port is closed.
     fn kill_broker(&mut self) {
         let process = self
-            .processes
+            .procs
+            .started
             .iter_mut()
             .find(|p| p.name.starts_with("redis") && !p.reaped)
             .expect("the broker runs");
@@ -1173,15 +1155,16 @@ impl Run {
     /// SIGTERM to the Celery worker's process group (SIGKILL after the grace period),
     /// until none of the group is left; the worker's exit status.
     fn stop_worker(&mut self) -> ExitStatus {
-        self.note_ours();
+        self.procs.note_ours();
         let index = self
-            .processes
+            .procs
+            .started
             .iter()
             .position(|p| p.name == WORKER && !p.reaped)
             .expect("the Celery worker runs");
-        let pgid = self.processes[index].child.id();
+        let pgid = self.procs.started[index].child.id();
         signal_group(pgid, "TERM");
-        let process = &mut self.processes[index];
+        let process = &mut self.procs.started[index];
         let status = wait_deadline(&mut process.child, STOP_GRACE);
         process.reaped = true;
         let in_group = || {
@@ -1229,7 +1212,8 @@ impl Run {
     /// SIGTERM to `overseer serve`, and its exit status.
     fn stop_overseer(&mut self) -> ExitStatus {
         let process = self
-            .processes
+            .procs
+            .started
             .iter_mut()
             .find(|p| p.name == "overseer" && !p.reaped)
             .expect("overseer runs");
@@ -1256,120 +1240,21 @@ impl Run {
             if let Some(answer) = probe() {
                 return answer;
             }
-            self.check_ours(what);
+            self.procs.check_ours(what);
             assert!(Instant::now() < until, "{what}: not within {deadline:?}");
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-
-    /// Notes the run's processes, and fails the test (with the log's tail) when one that
-    /// should run has exited.
-    fn check_ours(&mut self, what: &str) {
-        self.note_ours();
-        for process in &self.processes {
-            if !process.reaped && !alive(process.child.id()) {
-                panic!(
-                    "{what}: {} exited meanwhile:\n{}",
-                    process.name,
-                    tail(&read(&process.log), 40)
-                );
-            }
-        }
-    }
-
-    /// Remembers every live process of this run: the ones started, their descendants, and
-    /// any carrying the run's marker (a child whose parent died is no longer a descendant).
-    fn note_ours(&mut self) {
-        let leaders: Vec<u32> = self
-            .processes
-            .iter()
-            .filter(|p| !p.reaped)
-            .map(|p| p.child.id())
-            .collect();
-        let table = proc_table();
-        let parents: HashMap<u32, u32> = table.iter().map(|p| (p.pid, p.ppid)).collect();
-        // Walks up the parents (at most 64 generations, in case of a cycle from pid reuse).
-        let descends = |pid: u32| {
-            std::iter::successors(Some(pid), |p| parents.get(p).copied())
-                .take(64)
-                .any(|ancestor| leaders.contains(&ancestor))
-        };
-        for process in &table {
-            if descends(process.pid) || process.marked(MARKER_VAR, &self.marker) {
-                self.seen.insert((process.pid, process.start));
-            }
-        }
-    }
-
-    /// Stops everything still running: SIGTERM to the processes the test started, SIGKILL
-    /// to whatever of ours is left after the grace period. Returns the processes that
-    /// outlived even that (should be none).
-    fn stop_all(&mut self) -> Vec<String> {
-        self.stopped = true;
-        self.note_ours();
-        for process in self.processes.iter().filter(|p| !p.reaped) {
-            match process.group {
-                true => signal_group(process.child.id(), "TERM"),
-                false => signal(process.child.id(), "TERM"),
-            }
-        }
-        let until = Instant::now() + STOP_GRACE;
-        while Instant::now() < until && !self.still_alive().is_empty() {
-            self.note_ours();
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for (pid, _) in self.still_alive() {
-            signal(pid, "KILL");
-        }
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until && !self.still_alive().is_empty() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for process in self.processes.iter_mut().filter(|p| !p.reaped) {
-            let _ = process.child.wait();
-            process.reaped = true;
-        }
-        self.note_ours();
-        self.still_alive()
-            .into_iter()
-            .map(|(pid, _)| format!("{pid}: {}", cmdline(pid)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .chain(
-                proc_table()
-                    .into_iter()
-                    .filter(|p| p.marked(MARKER_VAR, &self.marker))
-                    .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid))),
-            )
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect()
-    }
-
-    /// The processes of ours that still run (the same pid and start time as when seen).
-    fn still_alive(&self) -> Vec<(u32, u64)> {
-        self.seen
-            .iter()
-            .copied()
-            .filter(|&(pid, start)| {
-                proc_stat(pid).is_some_and(|p| p.start == start && p.state != 'Z')
-            })
-            .collect()
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let mut tails = String::new();
-            for process in &self.processes {
-                let _ = writeln!(tails, "---- {} ({})", process.name, process.log.display());
-                let _ = writeln!(tails, "{}", tail(&read(&process.log), 40));
-            }
+            let tails = self.procs.tails();
             eprintln!("interop: the test failed; the last lines of each process:\n{tails}");
         }
-        if !self.stopped {
-            let strays = self.stop_all();
+        if !self.procs.stopped {
+            let strays = self.procs.stop_all(STOP_GRACE);
             if !strays.is_empty() {
                 eprintln!("interop: could not stop {strays:?}");
             }

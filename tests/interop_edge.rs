@@ -26,18 +26,16 @@
 
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use overseer::config::duration;
 use overseer_testkit::TestDb;
 use serde_json::Value;
 use support::procs::{
-    Timings, alive, cmdline, proc_stat, proc_table, read, signal, signal_group, tail, wait_deadline,
+    Process, Processes, Timings, proc_table, read, signal_group, tail, wait_deadline,
 };
 
 /// The binary under test.
@@ -235,7 +233,7 @@ async fn overseer_judges_a_real_edge_fleet() {
 
     // 6. stop
     let started = Instant::now();
-    let strays = run.stop_all();
+    let strays = run.procs.stop_all(STOP_GRACE);
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
     timings.add("stop", started.elapsed());
     drop(run);
@@ -332,7 +330,7 @@ async fn wait_for_rows(
         if accept(&rows) {
             return rows;
         }
-        run.check_ours(what);
+        run.procs.check_ours(what);
         assert!(
             Instant::now() < until,
             "{what}: not within {deadline:?}; last read {rows:?}"
@@ -349,21 +347,8 @@ struct Run {
     sql_alchemy_conn: String,
     api_port: u16,
     jwt_secret: String,
-    marker: String,
-    processes: Vec<Process>,
-    /// Every process of ours ever seen alive, by (pid, start time).
-    seen: BTreeSet<(u32, u64)>,
-    stopped: bool,
-}
-
-struct Process {
-    name: String,
-    child: Child,
-    log: PathBuf,
-    /// Leads a process group of its own, signalled as a whole.
-    group: bool,
-    /// Waited for already: never signal its pid again.
-    reaped: bool,
+    /// What the run started, and every process of theirs seen.
+    procs: Processes,
 }
 
 struct Finished {
@@ -392,10 +377,7 @@ impl Run {
             sql_alchemy_conn,
             api_port: overseer_testkit::throwaway::free_port(),
             jwt_secret: format!("overseer-interop-edge-{marker}"),
-            marker,
-            processes: Vec::new(),
-            seen: BTreeSet::new(),
-            stopped: false,
+            procs: Processes::new(MARKER_VAR, marker),
         }
     }
 
@@ -427,7 +409,7 @@ impl Run {
                 "PATH",
                 format!("{}:{path}", self.venv.join("bin").display()),
             )
-            .env(MARKER_VAR, &self.marker)
+            .env(MARKER_VAR, &self.procs.marker)
             .env("PYTHONUNBUFFERED", "1")
             .env("AIRFLOW_HOME", self.dir().join("airflow-home"))
             .env(
@@ -496,14 +478,14 @@ impl Run {
             .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        self.processes.push(Process {
+        self.procs.started.push(Process {
             name: name.to_owned(),
             child,
             log,
             group,
             reaped: false,
         });
-        self.note_ours();
+        self.procs.note_ours();
     }
 
     fn finish(&mut self, mut command: Command, name: &str, deadline: Duration) -> Finished {
@@ -527,9 +509,10 @@ impl Run {
 
     /// SIGKILL to the edge worker's whole process group, until none of it is left.
     fn kill_worker(&mut self) {
-        self.note_ours();
+        self.procs.note_ours();
         let process = self
-            .processes
+            .procs
+            .started
             .iter_mut()
             .find(|p| p.name == "edge-worker" && !p.reaped)
             .expect("the edge worker runs");
@@ -562,111 +545,21 @@ impl Run {
             if let Some(answer) = probe() {
                 return answer;
             }
-            self.check_ours(what);
+            self.procs.check_ours(what);
             assert!(Instant::now() < until, "{what}: not within {deadline:?}");
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-
-    fn check_ours(&mut self, what: &str) {
-        self.note_ours();
-        for process in &self.processes {
-            if !process.reaped && !alive(process.child.id()) {
-                panic!(
-                    "{what}: {} exited meanwhile:\n{}",
-                    process.name,
-                    tail(&read(&process.log), 40)
-                );
-            }
-        }
-    }
-
-    /// Remembers every live process of this run: those started, their descendants, and
-    /// any carrying the run's marker.
-    fn note_ours(&mut self) {
-        let leaders: Vec<u32> = self
-            .processes
-            .iter()
-            .filter(|p| !p.reaped)
-            .map(|p| p.child.id())
-            .collect();
-        let table = proc_table();
-        let parents: HashMap<u32, u32> = table.iter().map(|p| (p.pid, p.ppid)).collect();
-        let descends = |pid: u32| {
-            std::iter::successors(Some(pid), |p| parents.get(p).copied())
-                .take(64)
-                .any(|ancestor| leaders.contains(&ancestor))
-        };
-        for process in &table {
-            if descends(process.pid) || process.marked(MARKER_VAR, &self.marker) {
-                self.seen.insert((process.pid, process.start));
-            }
-        }
-    }
-
-    /// SIGTERM to the processes started, SIGKILL to whatever of ours is left after the
-    /// grace period; answers what outlived even that.
-    fn stop_all(&mut self) -> Vec<String> {
-        self.stopped = true;
-        self.note_ours();
-        for process in self.processes.iter().filter(|p| !p.reaped) {
-            match process.group {
-                true => signal_group(process.child.id(), "TERM"),
-                false => signal(process.child.id(), "TERM"),
-            }
-        }
-        let until = Instant::now() + STOP_GRACE;
-        while Instant::now() < until && !self.still_alive().is_empty() {
-            self.note_ours();
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for (pid, _) in self.still_alive() {
-            signal(pid, "KILL");
-        }
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until && !self.still_alive().is_empty() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for process in self.processes.iter_mut().filter(|p| !p.reaped) {
-            let _ = process.child.wait();
-            process.reaped = true;
-        }
-        let marked = proc_table()
-            .into_iter()
-            .filter(|p| p.marked(MARKER_VAR, &self.marker))
-            .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid)));
-        self.still_alive()
-            .into_iter()
-            .map(|(pid, _)| format!("{pid}: {}", cmdline(pid)))
-            .chain(marked)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect()
-    }
-
-    fn still_alive(&self) -> Vec<(u32, u64)> {
-        self.seen
-            .iter()
-            .copied()
-            .filter(|&(pid, start)| {
-                proc_stat(pid).is_some_and(|p| p.start == start && p.state != 'Z')
-            })
-            .collect()
     }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let mut tails = String::new();
-            for process in &self.processes {
-                let _ = writeln!(tails, "---- {} ({})", process.name, process.log.display());
-                let _ = writeln!(tails, "{}", tail(&read(&process.log), 40));
-            }
+            let tails = self.procs.tails();
             eprintln!("interop-edge: the test failed; the last lines of each process:\n{tails}");
         }
-        if !self.stopped {
-            let strays = self.stop_all();
+        if !self.procs.stopped {
+            let strays = self.procs.stop_all(STOP_GRACE);
             if !strays.is_empty() {
                 eprintln!("interop-edge: could not stop {strays:?}");
             }

@@ -141,3 +141,146 @@ impl Timings {
         text
     }
 }
+
+/// A process a test started, and the file its output goes to.
+pub struct Process {
+    /// Names its log file, and it in failure messages.
+    pub name: String,
+    pub child: Child,
+    pub log: std::path::PathBuf,
+    /// Leads a process group of its own (its pid is the group's id), signalled as a
+    /// whole: a Celery or edge worker, whose pool processes are its children.
+    pub group: bool,
+    /// Waited for already: its pid may belong to someone else now, never signal it.
+    pub reaped: bool,
+}
+
+/// The long-running processes a run started, and every process of theirs ever
+/// seen alive: what `stop_all` ends, and what must not be left behind.
+pub struct Processes {
+    /// The environment variable every process of the run carries, and its value.
+    marker_var: &'static str,
+    pub marker: String,
+    /// In the order started.
+    pub started: Vec<Process>,
+    /// Every process of ours ever seen alive, by (pid, start time).
+    seen: std::collections::BTreeSet<(u32, u64)>,
+    /// Set once `stop_all` ran, so dropping the run does not run it again.
+    pub stopped: bool,
+}
+
+impl Processes {
+    /// A run whose processes carry `marker_var=marker`.
+    pub fn new(marker_var: &'static str, marker: String) -> Self {
+        Self {
+            marker_var,
+            marker,
+            started: Vec::new(),
+            seen: std::collections::BTreeSet::new(),
+            stopped: false,
+        }
+    }
+
+    /// Notes the run's processes, and fails the test (with the log's tail) when one that
+    /// should run has exited.
+    pub fn check_ours(&mut self, what: &str) {
+        self.note_ours();
+        for process in &self.started {
+            if !process.reaped && !alive(process.child.id()) {
+                panic!(
+                    "{what}: {} exited meanwhile:\n{}",
+                    process.name,
+                    tail(&read(&process.log), 40)
+                );
+            }
+        }
+    }
+
+    /// Remembers every live process of this run: the ones started, their descendants, and
+    /// any carrying the run's marker (a child whose parent died is no longer a descendant).
+    pub fn note_ours(&mut self) {
+        let leaders: Vec<u32> = self
+            .started
+            .iter()
+            .filter(|p| !p.reaped)
+            .map(|p| p.child.id())
+            .collect();
+        let table = proc_table();
+        let parents: std::collections::HashMap<u32, u32> =
+            table.iter().map(|p| (p.pid, p.ppid)).collect();
+        // Walks up the parents (at most 64 generations, in case of a cycle from pid reuse).
+        let descends = |pid: u32| {
+            std::iter::successors(Some(pid), |p| parents.get(p).copied())
+                .take(64)
+                .any(|ancestor| leaders.contains(&ancestor))
+        };
+        for process in &table {
+            if descends(process.pid) || process.marked(self.marker_var, &self.marker) {
+                self.seen.insert((process.pid, process.start));
+            }
+        }
+    }
+
+    /// Stops everything still running: SIGTERM to the processes the test started, SIGKILL
+    /// to whatever of ours is left after `grace`. Returns the processes that outlived
+    /// even that (should be none).
+    pub fn stop_all(&mut self, grace: Duration) -> Vec<String> {
+        self.stopped = true;
+        self.note_ours();
+        for process in self.started.iter().filter(|p| !p.reaped) {
+            match process.group {
+                true => signal_group(process.child.id(), "TERM"),
+                false => signal(process.child.id(), "TERM"),
+            }
+        }
+        let until = Instant::now() + grace;
+        while Instant::now() < until && !self.still_alive().is_empty() {
+            self.note_ours();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (pid, _) in self.still_alive() {
+            signal(pid, "KILL");
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && !self.still_alive().is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for process in self.started.iter_mut().filter(|p| !p.reaped) {
+            let _ = process.child.wait();
+            process.reaped = true;
+        }
+        self.note_ours();
+        let marked = proc_table()
+            .into_iter()
+            .filter(|p| p.marked(self.marker_var, &self.marker))
+            .map(|p| format!("{} (marked): {}", p.pid, cmdline(p.pid)));
+        self.still_alive()
+            .into_iter()
+            .map(|(pid, _)| format!("{pid}: {}", cmdline(pid)))
+            .chain(marked)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// The processes of ours that still run (the same pid and start time as when seen).
+    pub fn still_alive(&self) -> Vec<(u32, u64)> {
+        self.seen
+            .iter()
+            .copied()
+            .filter(|&(pid, start)| {
+                proc_stat(pid).is_some_and(|p| p.start == start && p.state != 'Z')
+            })
+            .collect()
+    }
+
+    /// The last lines of every process's log, for a failed test.
+    pub fn tails(&self) -> String {
+        let mut tails = String::new();
+        for process in &self.started {
+            let _ = writeln!(tails, "---- {} ({})", process.name, process.log.display());
+            let _ = writeln!(tails, "{}", tail(&read(&process.log), 40));
+        }
+        tails
+    }
+}
