@@ -21,9 +21,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, node_name, python, send_tasks};
 use serde_json::Value;
 use support::{Serving, overseer, workdir};
 
@@ -44,14 +44,6 @@ const SLACK: Duration = Duration::from_secs(15);
 /// How many tasks are sent where they wait.
 const TASKS: u32 = 20;
 
-/// How long a Celery worker may take to say it is ready.
-const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
-
-/// The Celery test app (`celery_app.py`, `send_tasks.py`) the Celery crate's tests use.
-fn celery_support() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/celery/tests/support")
-}
-
 /// True when `port` on loopback accepts connections; else skipped (or failed under CI).
 fn service_up(service: &str, port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -64,114 +56,6 @@ fn venv() -> Option<PathBuf> {
     match overseer_testkit::venv::celery() {
         Ok(path) => Some(path),
         Err(e) => overseer_testkit::unavailable("a Python venv with Celery 5.5.3", e),
-    }
-}
-
-/// The venv's Python in the Celery test app's folder, its broker `broker`, the
-/// default control exchange (the service's).
-fn python(venv: &Path, broker: &str) -> Command {
-    let mut command = Command::new(venv.join("bin/python"));
-    command
-        .current_dir(celery_support())
-        .env("PYTHONPATH", celery_support())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("OVERSEER_TEST_BROKER", broker)
-        .env("OVERSEER_TEST_CONTROL_EXCHANGE", "celery")
-        .stdin(Stdio::null());
-    command
-}
-
-/// Sends `count` tasks to `queue` through the real Celery client.
-fn send_tasks(venv: &Path, broker: &str, queue: &str, count: u32) {
-    let mut command = python(venv, broker);
-    command
-        .arg("send_tasks.py")
-        .arg(queue)
-        .arg(count.to_string());
-    overseer_testkit::venv::run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
-}
-
-/// A node name no other worker has (`w_...@overseer-test`).
-fn node_name() -> String {
-    format!("{}@overseer-test", overseer_testkit::unique_name("w"))
-}
-
-/// A real Celery worker consuming one queue, in one process (`--pool solo`), so
-/// that SIGSTOP freezes all of it. Dropping it thaws and kills it.
-struct Worker {
-    child: Child,
-    /// Its node name.
-    node: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Worker {
-    /// Starts worker `node` consuming `queue` and waits until it says it is ready.
-    fn start(venv: &Path, broker: &str, queue: &str, node: &str) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let log = dir.path().join("worker.log");
-        let node = node.to_owned();
-        let child = python(venv, broker)
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_app",
-                "worker",
-                "--pool",
-                "solo",
-            ])
-            .args([
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ])
-            .args(["--loglevel", "INFO", "-n", &node, "-Q", queue, "--logfile"])
-            .arg(&log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting a Celery worker");
-        let worker = Self {
-            child,
-            node,
-            _dir: dir,
-        };
-        let started = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains(&format!("{} ready.", worker.node)) {
-                return worker;
-            }
-            assert!(
-                started.elapsed() < WORKER_START_DEADLINE,
-                "the Celery worker did not become ready; its log:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`, `KILL`) to the worker's process, by its pid.
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} failed");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // Thawed first: a stopped process takes SIGKILL too, but a thawed one
-            // leaves no doubt, whatever the test's outcome.
-            let _ = Command::new("kill")
-                .args(["-CONT", &self.child.id().to_string()])
-                .status();
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
     }
 }
 
@@ -233,7 +117,7 @@ impl Broker {
                  \x20       channel.exchange_delete(q)\n"
             }
         };
-        let mut command = python(venv, &self.url());
+        let mut command = python(venv, &self.url(), DEFAULT_CONTROL_EXCHANGE);
         command.arg("-c").arg(script).args(queues).arg(worker);
         if let Err(e) = overseer_testkit::venv::run(&mut command) {
             eprintln!("could not remove the test's queues: {e}");
@@ -342,8 +226,8 @@ fn a_queue_nobody_consumes_is_named(broker: Broker) {
         queues: vec![a.clone(), b.clone()],
         node: node.clone(),
     };
-    let worker = Worker::start(&venv, &broker.url(), &a, &node);
-    send_tasks(&venv, &broker.url(), &b, TASKS);
+    let worker = Worker::start_named(&venv, &broker.url(), DEFAULT_CONTROL_EXCHANGE, &a, &node);
+    send_tasks(&venv, &broker.url(), &b, TASKS, None);
     let (serving, _dir) = serve(broker, &[&a, &b], true);
 
     let waiting = format!("queue {b}: {TASKS} messages waiting and no worker consumes it (for ");
@@ -388,7 +272,7 @@ fn a_frozen_worker_stalls_its_queue_until_thawed(broker: Broker, worker_ping: bo
         queues: vec![a.clone()],
         node: node.clone(),
     };
-    let worker = Worker::start(&venv, &broker.url(), &a, &node);
+    let worker = Worker::start_named(&venv, &broker.url(), DEFAULT_CONTROL_EXCHANGE, &a, &node);
     let (serving, _dir) = serve(broker, &[&a], worker_ping);
     instance_until(
         &serving,
@@ -398,7 +282,7 @@ fn a_frozen_worker_stalls_its_queue_until_thawed(broker: Broker, worker_ping: bo
     );
 
     worker.signal("STOP");
-    send_tasks(&venv, &broker.url(), &a, TASKS);
+    send_tasks(&venv, &broker.url(), &a, TASKS, None);
     let stalled = instance_until(
         &serving,
         "unhealthy within max_queued_age and a poll (and slack)",

@@ -16,6 +16,7 @@
 //! The servers default to the machine's shared ones on loopback; `TESTKIT_POSTGRES_URL`
 //! and `TESTKIT_MARIADB_URL` point elsewhere (an admin connection that may create databases).
 
+pub mod celery;
 pub mod throwaway;
 pub mod venv;
 

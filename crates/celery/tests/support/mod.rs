@@ -7,14 +7,14 @@
 //! lock folder (`mkdir` is atomic), and a marker file says it is complete.
 //!
 //! Every child process is killed by its own pid when its value is dropped.
-#![allow(dead_code)] // each test file uses its own part of this module
+#![allow(dead_code, unused_imports)] // each test file uses its own part of this module, re-exports included
 
 use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
 use overseer_testkit::unavailable;
@@ -25,11 +25,6 @@ pub use overseer_testkit::unique_name;
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 /// The machine's RabbitMQ, guest/guest on vhost `/`.
 pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
-
-/// How long a Celery worker may take to say it is ready.
-const WORKER_START_DEADLINE: Duration = Duration::from_secs(90);
-/// How long a stopped worker or server may take to go.
-const STOP_DEADLINE: Duration = Duration::from_secs(20);
 
 fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).is_ok()
@@ -60,123 +55,7 @@ pub fn venv() -> Option<PathBuf> {
     }
 }
 
-/// This folder: the Celery app lives here.
-fn support_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support")
-}
-
-/// The venv's Python, set up to import the test app against `broker`.
-fn python(venv: &Path, broker: &str, control_exchange: &str) -> Command {
-    let mut command = Command::new(venv.join("bin/python"));
-    command
-        .current_dir(support_dir())
-        .env("PYTHONPATH", support_dir())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("OVERSEER_TEST_BROKER", broker)
-        .env("OVERSEER_TEST_CONTROL_EXCHANGE", control_exchange)
-        .stdin(Stdio::null());
-    command
-}
-
-/// Sends `count` tasks to `queue` with the real Celery client (no worker consumes it).
-pub fn send_tasks(venv: &Path, broker: &str, queue: &str, count: u32, priority: Option<u8>) {
-    let mut command = python(venv, broker, "celery");
-    command
-        .arg("send_tasks.py")
-        .arg(queue)
-        .arg(count.to_string());
-    if let Some(priority) = priority {
-        command.arg(priority.to_string());
-    }
-    overseer_testkit::venv::run(&mut command).unwrap_or_else(|e| panic!("sending tasks: {e}"));
-}
-
-/// A real Celery worker, consuming one queue of its own, with a control exchange of
-/// its own so that only this test's pings reach it.
-pub struct Worker {
-    child: Child,
-    /// Its node name, as it answers ping (`celery@...`).
-    pub node: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Worker {
-    /// Starts a worker and waits until it says it is ready.
-    pub fn start(venv: &Path, broker: &str, control_exchange: &str, queue: &str) -> Worker {
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let log = dir.path().join("worker.log");
-        let node = format!("{}@overseer-test", unique_name("w"));
-        let child = python(venv, broker, control_exchange)
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_app",
-                "worker",
-                "--pool",
-                "solo",
-            ])
-            .args([
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ])
-            .args(["--loglevel", "INFO", "-n", &node, "-Q", queue, "--logfile"])
-            .arg(&log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting a Celery worker");
-        let worker = Worker {
-            child,
-            node,
-            log,
-            _dir: dir,
-        };
-        worker.wait_ready();
-        worker
-    }
-
-    fn wait_ready(&self) {
-        let started = Instant::now();
-        loop {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if log.contains(&format!("{} ready.", self.node)) {
-                return;
-            }
-            assert!(
-                started.elapsed() < WORKER_START_DEADLINE,
-                "the Celery worker did not become ready; its log:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Stops the worker (SIGTERM, then SIGKILL) and waits until it is gone.
-    pub fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let started = Instant::now();
-        while started.elapsed() < STOP_DEADLINE {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+pub use overseer_testkit::celery::{Worker, send_tasks};
 
 /// A Redis Sentinel of the test's own, watching one master under `name`.
 pub struct ThrowawaySentinel {
