@@ -19,19 +19,22 @@
 //! transactions, and to writes that follow the change: each verdict written
 //! once when it changes, never while it holds.
 
-use std::sync::{Arc, Mutex, Once};
+mod support;
+
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use chrono::Utc;
 use overseer_core::entity::job;
 use overseer_core::storage::{self, ExecutorKey, Session, VerdictRow};
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, Overseer};
+use overseer_core::{Executor, ExecutorHealth, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
     ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
     EntityTrait, PaginatorTrait, QueryFilter, Statement,
 };
+use support::Switch;
 use tracing::field::{Field, Visit};
 use tracing::span;
 
@@ -479,27 +482,6 @@ async fn one_flush_runs_at_most_two_statements_in_one_transaction_whatever_the_e
             "{backend:?}: statements per executor count {EXECUTORS:?}: {seen:?}"
         );
         conn.close().await.unwrap();
-    }
-}
-
-/// A check whose answer the test sets, shared by many executors.
-#[derive(Clone)]
-struct Switch(Arc<Mutex<ExecutorHealth>>);
-
-impl Switch {
-    fn new(health: ExecutorHealth) -> Self {
-        Self(Arc::new(Mutex::new(health)))
-    }
-
-    fn set(&self, health: ExecutorHealth) {
-        *self.0.lock().unwrap() = health;
-    }
-}
-
-#[async_trait::async_trait]
-impl HealthCheck for Switch {
-    async fn get_health(&self) -> ExecutorHealth {
-        self.0.lock().unwrap().clone()
     }
 }
 

@@ -7,7 +7,6 @@
 mod support;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -15,34 +14,13 @@ use overseer_core::entity::{history as history_row, job};
 use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
 use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
 use overseer_core::storage::{self, HistoryWrite, Session};
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType};
+use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
 };
-use support::{PATIENCE, quick, report_until};
-
-/// A check whose answer the test sets.
-#[derive(Clone)]
-struct Switch(Arc<Mutex<ExecutorHealth>>);
-
-impl Switch {
-    fn new(health: ExecutorHealth) -> Self {
-        Self(Arc::new(Mutex::new(health)))
-    }
-
-    fn set(&self, health: ExecutorHealth) {
-        *self.0.lock().unwrap() = health;
-    }
-}
-
-#[async_trait::async_trait]
-impl HealthCheck for Switch {
-    async fn get_health(&self) -> ExecutorHealth {
-        self.0.lock().unwrap().clone()
-    }
-}
+use support::{PATIENCE, Switch, migrated_throwaway_postgres, quick, report_until};
 
 const BROKER: &str = "redis://broker:6379/0";
 
@@ -285,16 +263,9 @@ async fn another_host_s_row_shows_since_from_the_history() {
 /// during the outage is in the history (and read by the API's reader).
 #[tokio::test]
 async fn a_transition_made_while_postgres_is_down_is_in_the_history_when_it_returns() {
-    let server = match overseer_testkit::throwaway::ThrowawayPostgres::start() {
-        Ok(server) => server,
-        Err(e) => {
-            overseer_testkit::unavailable::<()>("a throwaway PostgreSQL server", e);
-            return;
-        }
+    let Some(server) = migrated_throwaway_postgres().await else {
+        return;
     };
-    let setup = sea_orm::Database::connect(server.url()).await.unwrap();
-    Migrator::up(&setup, None).await.unwrap();
-    setup.close().await.unwrap();
 
     let check = Switch::new(ExecutorHealth::Healthy);
     let overseer = quick(&server.url(), "sched-1")

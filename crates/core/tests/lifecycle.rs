@@ -7,40 +7,18 @@
 mod support;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{Timelike, Utc};
 use overseer_core::entity::job;
 use overseer_core::report::Status;
 use overseer_core::storage::{self, Session};
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, JobState, JobType};
+use overseer_core::{Executor, ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder};
-use support::{PATIENCE, quick, report_until};
+use support::{PATIENCE, Switch, migrated_throwaway_postgres, quick, report_until};
 use tokio_stream::StreamExt;
-
-/// A check whose answer the test sets.
-#[derive(Clone)]
-struct Switch(Arc<Mutex<ExecutorHealth>>);
-
-impl Switch {
-    fn new(health: ExecutorHealth) -> Self {
-        Self(Arc::new(Mutex::new(health)))
-    }
-
-    fn set(&self, health: ExecutorHealth) {
-        *self.0.lock().unwrap() = health;
-    }
-}
-
-#[async_trait::async_trait]
-impl HealthCheck for Switch {
-    async fn get_health(&self) -> ExecutorHealth {
-        self.0.lock().unwrap().clone()
-    }
-}
 
 /// The row with this id.
 async fn row(db: &DatabaseConnection, id: i32) -> job::Model {
@@ -296,16 +274,9 @@ async fn a_restart_closes_the_rows_a_crash_left_open_and_only_those() {
 
 #[tokio::test]
 async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_returns() {
-    let server = match overseer_testkit::throwaway::ThrowawayPostgres::start() {
-        Ok(server) => server,
-        Err(e) => {
-            overseer_testkit::unavailable::<()>("a throwaway PostgreSQL server", e);
-            return;
-        }
+    let Some(server) = migrated_throwaway_postgres().await else {
+        return;
     };
-    let setup = sea_orm::Database::connect(server.url()).await.unwrap();
-    Migrator::up(&setup, None).await.unwrap();
-    setup.close().await.unwrap();
 
     let check = Switch::new(ExecutorHealth::Healthy);
     let overseer = quick(&server.url(), "sched-1")

@@ -46,3 +46,39 @@ pub async fn report_until(
         )
     })
 }
+
+/// A check whose answer the test sets.
+#[derive(Clone)]
+pub struct Switch(std::sync::Arc<std::sync::Mutex<overseer_core::ExecutorHealth>>);
+
+impl Switch {
+    pub fn new(health: overseer_core::ExecutorHealth) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(health)))
+    }
+
+    pub fn set(&self, health: overseer_core::ExecutorHealth) {
+        *self.0.lock().unwrap() = health;
+    }
+}
+
+#[async_trait::async_trait]
+impl overseer_core::HealthCheck for Switch {
+    async fn get_health(&self) -> overseer_core::ExecutorHealth {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A Postgres of the test's own (it may be killed and resumed), migrated; or
+/// `None` (skipped, or failed under CI) when none can be started.
+pub async fn migrated_throwaway_postgres() -> Option<overseer_testkit::throwaway::ThrowawayPostgres>
+{
+    use overseer_migration::{Migrator, MigratorTrait};
+    let server = match overseer_testkit::throwaway::ThrowawayPostgres::start() {
+        Ok(server) => server,
+        Err(e) => return overseer_testkit::unavailable("a throwaway PostgreSQL server", e),
+    };
+    let setup = sea_orm::Database::connect(server.url()).await.unwrap();
+    Migrator::up(&setup, None).await.unwrap();
+    setup.close().await.unwrap();
+    Some(server)
+}
