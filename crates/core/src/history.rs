@@ -216,37 +216,57 @@ pub async fn prune(db: &impl ConnectionTrait, before: DateTime<Utc>) -> Result<u
         .rows_affected)
 }
 
-/// One `INSERT` of every transition, their values written into the SQL
-/// (escaped by sea-query for the backend, times as the driver would bind
-/// them), so that no parameter limit bounds how many one statement takes.
-pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -> String {
-    use sea_orm::sea_query::{
-        MysqlQueryBuilder, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
-    };
-    let literal = |value: sea_orm::Value| match backend {
-        DbBackend::Postgres => PostgresQueryBuilder.value_to_string(&value),
-        DbBackend::MySql => MysqlQueryBuilder.value_to_string(&value),
-        _ => SqliteQueryBuilder.value_to_string(&value),
-    };
-    let rows: Vec<String> = transitions
+/// One `INSERT` of every transition, read from one JSON parameter as the
+/// verdicts are (see `storage::verdict_update`): no parameter limit bounds how
+/// many one statement takes, and its SQL text is the same for any number.
+pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -> Statement {
+    use crate::storage::{json_statement, timestamp_text};
+    #[derive(Serialize)]
+    struct Row<'a> {
+        executor: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instance: Option<&'a str>,
+        hostname: &'a str,
+        from_health: &'a str,
+        to_health: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        at: String,
+    }
+    let rows: Vec<Row> = transitions
         .iter()
-        .map(|t| {
-            format!(
-                "({}, {}, {}, {}, {}, {}, {})",
-                literal(t.executor.clone().into()),
-                literal(t.instance.clone().into()),
-                literal(t.hostname.clone().into()),
-                literal(t.from.as_str().into()),
-                literal(t.to.as_str().into()),
-                literal(t.reason.clone().into()),
-                crate::storage::timestamp_literal(backend, t.at),
-            )
+        .map(|t| Row {
+            executor: &t.executor,
+            instance: t.instance.as_deref(),
+            hostname: &t.hostname,
+            from_health: t.from.as_str(),
+            to_health: t.to.as_str(),
+            reason: t.reason.as_deref(),
+            at: timestamp_text(backend, t.at),
         })
         .collect();
-    format!(
-        "INSERT INTO {TABLE} (executor, instance, hostname, from_health, to_health, reason, at) VALUES {}",
-        rows.join(", ")
-    )
+    let columns = "executor, instance, hostname, from_health, to_health, reason, at";
+    let sql = match backend {
+        DbBackend::Postgres => format!(
+            "INSERT INTO {TABLE} ({columns}) SELECT {columns} \
+             FROM json_to_recordset(CAST($1 AS json)) AS v(executor text, instance text, \
+             hostname text, from_health text, to_health text, reason text, at timestamptz)"
+        ),
+        DbBackend::MySql => format!(
+            "INSERT INTO {TABLE} ({columns}) SELECT {columns} \
+             FROM JSON_TABLE(?, '$[*]' COLUMNS (executor VARCHAR(500) PATH '$.executor', \
+             instance VARCHAR(500) PATH '$.instance', hostname VARCHAR(500) PATH '$.hostname', \
+             from_health VARCHAR(20) PATH '$.from_health', to_health VARCHAR(20) PATH '$.to_health', \
+             reason TEXT PATH '$.reason', at DATETIME(6) PATH '$.at')) AS v"
+        ),
+        _ => format!(
+            "INSERT INTO {TABLE} ({columns}) SELECT json_extract(value, '$.executor'), \
+             json_extract(value, '$.instance'), json_extract(value, '$.hostname'), \
+             json_extract(value, '$.from_health'), json_extract(value, '$.to_health'), \
+             json_extract(value, '$.reason'), json_extract(value, '$.at') FROM json_each(?)"
+        ),
+    };
+    json_statement(backend, &sql, &rows)
 }
 
 /// Checks that the history table exists, so that a missing migration is one

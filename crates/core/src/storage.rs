@@ -22,12 +22,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Timelike, Utc};
-use sea_orm::sea_query::{
-    Expr, MysqlQueryBuilder, Order, PostgresQueryBuilder, QueryBuilder, SqliteQueryBuilder,
-};
+use sea_orm::sea_query::{Expr, Order};
 use sea_orm::{
     AccessMode, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait,
-    IsolationLevel, QueryFilter, QueryOrder, QuerySelect, TransactionSession, TransactionTrait,
+    IsolationLevel, QueryFilter, QueryOrder, QuerySelect, Statement, TransactionSession,
+    TransactionTrait,
 };
 
 use crate::entity::job::{self, Column, Entity as Job};
@@ -206,10 +205,10 @@ pub struct VerdictRow {
 impl VerdictRow {
     /// What `executor_health_reason` holds: the verdict's reason, or a healthy
     /// verdict's note.
-    pub fn reason(&self) -> Option<String> {
+    pub fn reason(&self) -> Option<&str> {
         match &self.health {
-            ExecutorHealth::Healthy => self.note.clone(),
-            other => other.reason().map(str::to_owned),
+            ExecutorHealth::Healthy => self.note.as_deref(),
+            other => other.reason(),
         }
     }
 }
@@ -271,13 +270,12 @@ where
     let mut statements = 1;
     if !verdicts.is_empty() {
         let backend = txn.get_database_backend();
-        txn.execute_unprepared(&verdict_update(backend, verdicts))
-            .await?;
+        txn.execute_raw(verdict_update(backend, verdicts)).await?;
         statements += 1;
     }
     if !history.transitions.is_empty() {
         let backend = txn.get_database_backend();
-        txn.execute_unprepared(&crate::history::insert_statement(
+        txn.execute_raw(crate::history::insert_statement(
             backend,
             &history.transitions,
         ))
@@ -296,74 +294,91 @@ where
 }
 
 /// One `UPDATE` that sets every verdict from a derived table of
-/// `(id, health, reason, checked_at)` rows joined on `id`: linear in the number
-/// of verdicts (a `CASE` over every id would be quadratic). The values are
-/// written into the SQL, escaped by sea-query for the backend, so that no
-/// parameter limit bounds how many rows one statement takes.
-fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> String {
-    let literal = |value: sea_orm::Value| match backend {
-        DbBackend::Postgres => PostgresQueryBuilder.value_to_string(&value),
-        DbBackend::MySql => MysqlQueryBuilder.value_to_string(&value),
-        _ => SqliteQueryBuilder.value_to_string(&value),
-    };
-    let rows = verdicts.iter().map(|v| {
-        (
-            v.id,
-            literal(v.health.as_str().into()),
-            literal(v.reason().into()),
-            timestamp_literal(backend, v.checked_at),
-        )
-    });
-    match backend {
+/// `(id, health, reason, checked_at)` rows joined on `id`, read from one JSON
+/// parameter (`json_each` on SQLite, `json_to_recordset` on Postgres,
+/// `JSON_TABLE` on MySQL and MariaDB): linear in the number of verdicts, with
+/// no parameter limit on how many rows one statement takes, and one SQL text
+/// whatever the verdicts. So the driver prepares and caches one statement,
+/// where values written into the SQL made a new one, kept in every
+/// connection's statement cache (and, on Postgres, prepared on the server), at
+/// every change, and a parse tree as large as the values at the first flush.
+fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> Statement {
+    #[derive(serde::Serialize)]
+    struct Row<'a> {
+        id: i32,
+        health: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        checked_at: String,
+    }
+    let rows: Vec<Row> = verdicts
+        .iter()
+        .map(|v| Row {
+            id: v.id,
+            health: v.health.as_str(),
+            reason: v.reason(),
+            checked_at: timestamp_text(backend, v.checked_at),
+        })
+        .collect();
+    let sql = match backend {
         DbBackend::Postgres => {
-            let values: Vec<String> = rows
-                .map(|(id, h, r, t)| format!("({id}, {h}, {r}, {t})"))
-                .collect();
-            format!(
-                "UPDATE job SET executor_health = v.health, executor_health_reason = v.reason, \
-                 executor_health_checked_at = v.checked_at \
-                 FROM (VALUES {}) AS v(id, health, reason, checked_at) WHERE job.id = v.id",
-                values.join(", ")
-            )
+            "UPDATE job SET executor_health = v.health, executor_health_reason = v.reason, \
+             executor_health_checked_at = v.checked_at \
+             FROM json_to_recordset(CAST($1 AS json)) \
+             AS v(id integer, health text, reason text, checked_at timestamptz) \
+             WHERE job.id = v.id"
         }
         DbBackend::MySql => {
-            let selects: Vec<String> = rows
-                .map(|(id, h, r, t)| {
-                    format!("SELECT {id} AS id, {h} AS health, {r} AS reason, {t} AS checked_at")
-                })
-                .collect();
-            format!(
-                "UPDATE job JOIN ({}) AS v ON job.id = v.id SET job.executor_health = v.health, \
-                 job.executor_health_reason = v.reason, job.executor_health_checked_at = v.checked_at",
-                selects.join(" UNION ALL ")
-            )
+            "UPDATE job JOIN JSON_TABLE(?, '$[*]' COLUMNS (id INT PATH '$.id', \
+             health VARCHAR(20) PATH '$.health', reason TEXT PATH '$.reason', \
+             checked_at DATETIME(6) PATH '$.checked_at')) AS v ON job.id = v.id \
+             SET job.executor_health = v.health, job.executor_health_reason = v.reason, \
+             job.executor_health_checked_at = v.checked_at"
         }
         _ => {
-            // SQLite names a VALUES table's columns column1, column2, ...
-            let values: Vec<String> = rows
-                .map(|(id, h, r, t)| format!("({id}, {h}, {r}, {t})"))
-                .collect();
-            format!(
-                "UPDATE job SET executor_health = v.column2, executor_health_reason = v.column3, \
-                 executor_health_checked_at = v.column4 FROM (VALUES {}) AS v WHERE job.id = v.column1",
-                values.join(", ")
-            )
+            "UPDATE job SET executor_health = v.health, executor_health_reason = v.reason, \
+             executor_health_checked_at = v.checked_at \
+             FROM (SELECT json_extract(value, '$.id') AS id, \
+             json_extract(value, '$.health') AS health, \
+             json_extract(value, '$.reason') AS reason, \
+             json_extract(value, '$.checked_at') AS checked_at FROM json_each(?)) AS v \
+             WHERE job.id = v.id"
         }
+    };
+    json_statement(backend, sql, &rows)
+}
+
+/// `sql` with its one parameter: `rows` as a JSON array (text). A field left
+/// out of a row (`None`) reads as SQL `NULL` on every backend.
+pub(crate) fn json_statement<T: serde::Serialize>(
+    backend: DbBackend,
+    sql: &str,
+    rows: &[T],
+) -> Statement {
+    let json = serde_json::to_string(rows).expect("rows of strings and numbers serialize");
+    Statement::from_sql_and_values(backend, sql, [sea_orm::Value::from(json)])
+}
+
+/// A UTC time as text in a JSON row that the database reads back exactly as
+/// the driver would have bound it: RFC 3339 for Postgres' `timestamptz`, naive
+/// UTC for MySQL (whose session runs in UTC), and on SQLite the RFC 3339 text
+/// sqlx writes for a `DateTime<Utc>` (stored as it is).
+pub(crate) fn timestamp_text(backend: DbBackend, at: DateTime<Utc>) -> String {
+    let at = to_micros(at);
+    match backend {
+        DbBackend::Postgres => at.to_rfc3339_opts(SecondsFormat::Micros, false),
+        DbBackend::MySql => at.format("%Y-%m-%d %H:%M:%S%.6f").to_string(),
+        _ => at.to_rfc3339_opts(SecondsFormat::AutoSi, false),
     }
 }
 
 /// A UTC time as a SQL literal that reads back exactly as the driver would have
-/// bound it: `timestamptz` on Postgres, naive UTC on MySQL (whose session runs in
-/// UTC), and on SQLite the RFC 3339 text sqlx writes for a `DateTime<Utc>`.
+/// bound it ([`timestamp_text`], as `timestamptz` on Postgres).
 pub(crate) fn timestamp_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
-    let at = to_micros(at);
+    let text = timestamp_text(backend, at);
     match backend {
-        DbBackend::Postgres => format!(
-            "CAST('{}' AS TIMESTAMP WITH TIME ZONE)",
-            at.to_rfc3339_opts(SecondsFormat::Micros, false)
-        ),
-        DbBackend::MySql => format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f")),
-        _ => format!("'{}'", at.to_rfc3339_opts(SecondsFormat::AutoSi, false)),
+        DbBackend::Postgres => format!("CAST('{text}' AS TIMESTAMP WITH TIME ZONE)"),
+        _ => format!("'{text}'"),
     }
 }
 
