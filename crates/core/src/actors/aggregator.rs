@@ -47,8 +47,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use sea_orm::DatabaseConnection;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::connect;
 use crate::detail::Detail;
@@ -283,10 +284,16 @@ pub struct Aggregator {
     /// nothing is published before.
     ready: bool,
     flushing: bool,
+    /// `Finish` waits on this for the flush running when it came.
+    flush_waiter: Option<oneshot::Sender<()>>,
     refreshing: bool,
     publish_scheduled: bool,
     /// `Finish` ran: no more writes or reads.
     finished: bool,
+    /// Every database read and write running (each a task of its own): `Finish`
+    /// waits for them, so none is cut off when the actors' runtime ends, which
+    /// would drop its pooled connection where no runtime can take it back.
+    tasks: TaskTracker,
     writes: Outage,
     reads: Outage,
     stats: Arc<AggregatorStats>,
@@ -360,9 +367,11 @@ impl Aggregator {
             metadatabase_ok: true,
             ready: false,
             flushing: false,
+            flush_waiter: None,
             refreshing: false,
             publish_scheduled: false,
             finished: false,
+            tasks: TaskTracker::new(),
             writes: Outage::default(),
             reads: Outage::default(),
             stats,
@@ -557,12 +566,16 @@ impl Aggregator {
         let (db, session) = (self.db.clone(), self.session.clone());
         let timeout = connect::write_timeout(self.settings.heartbeat_interval);
         let started = Instant::now();
-        let write = in_task("write", timeout, async move {
+        let tasks = self.tasks.clone();
+        let write = in_task(&tasks, "write", timeout, async move {
             storage::flush_with_history(&db, &session, now, &verdicts, &history).await
         });
         ctx.spawn(write.into_actor(self).map(move |result, act, _| {
             act.flushing = false;
             act.flushed(pending, written, result, started.elapsed());
+            if let Some(waiter) = act.flush_waiter.take() {
+                let _ = waiter.send(());
+            }
         }));
     }
 
@@ -646,7 +659,8 @@ impl Aggregator {
             None => connect::full_read_timeout(self.settings.refresh_interval),
         };
         let started = Utc::now();
-        let read = in_task("read", timeout, async move {
+        let tasks = self.tasks.clone();
+        let read = in_task(&tasks, "read", timeout, async move {
             storage::read_for_report(&db, &session, since, started, horizon).await
         });
         ctx.spawn(read.into_actor(self).map(move |result, act, _| {
@@ -717,14 +731,15 @@ impl Aggregator {
         let horizon = self.settings.thresholds.longest();
         let timeout = connect::full_read_timeout(self.settings.refresh_interval);
         let started = Utc::now();
+        let (tasks, own_tasks) = (self.tasks.clone(), self.tasks.clone());
         let read = async move {
             let (others, own) = (db.clone(), session.clone());
-            let others = in_task("read", timeout, async move {
+            let others = in_task(&tasks, "read", timeout, async move {
                 storage::read_for_report(&others, &session, None, started, horizon).await
             });
             let own = async move {
                 if restarted {
-                    in_task("read", timeout, async move {
+                    in_task(&own_tasks, "read", timeout, async move {
                         storage::session_rows(&db, &own).await
                     })
                     .await
@@ -878,13 +893,15 @@ fn lookback() -> chrono::Duration {
 /// Runs database work as a task of its own on the actors' runtime, bounded by
 /// `timeout`: a driver that panics, or a database that does not answer, fails
 /// this write or read and nothing else (the timed-out work is dropped with its
-/// task, which rolls its transaction back).
-async fn in_task<T: 'static>(
+/// task, which rolls its transaction back). The task starts at once, tracked
+/// by `tasks`.
+fn in_task<T: 'static>(
+    tasks: &TaskTracker,
     what: &'static str,
     timeout: Duration,
     work: impl Future<Output = crate::Result<T>> + 'static,
-) -> crate::Result<T> {
-    let task = actix_rt::spawn(async move {
+) -> impl Future<Output = crate::Result<T>> + 'static {
+    let task = tasks.spawn_local(async move {
         tokio::time::timeout(timeout, work)
             .await
             .unwrap_or_else(|_| {
@@ -894,11 +911,13 @@ async fn in_task<T: 'static>(
                 )))
             })
     });
-    task.await.unwrap_or_else(|e| {
-        Err(crate::Error::Runtime(format!(
-            "the database {what} ended early: {e}"
-        )))
-    })
+    async move {
+        task.await.unwrap_or_else(|e| {
+            Err(crate::Error::Runtime(format!(
+                "the database {what} ended early: {e}"
+            )))
+        })
+    }
 }
 
 impl Actor for Aggregator {
@@ -959,14 +978,53 @@ impl Handler<Finish> for Aggregator {
 
     fn handle(&mut self, _: Finish, _: &mut Context<Self>) -> Self::Result {
         self.finished = true;
+        // A flush still running finishes first (its verdicts and transitions
+        // are then done, not written twice); the last write follows.
+        let flush_done = self.flushing.then(|| {
+            let (done, wait) = oneshot::channel();
+            self.flush_waiter = Some(done);
+            wait
+        });
+        let waited = async move {
+            if let Some(wait) = flush_done {
+                let _ = wait.await;
+            }
+        };
+        Box::pin(
+            waited
+                .into_actor(self)
+                .then(|(), act, _| act.last_write().into_actor(act))
+                .then(|result, act, _| {
+                    // Reads still running end within their timeouts.
+                    let tasks = act.tasks.clone();
+                    tasks.close();
+                    async move {
+                        tasks.wait().await;
+                        result
+                    }
+                    .into_actor(act)
+                })
+                .map(|result, _, ctx| {
+                    ctx.stop();
+                    result
+                }),
+        )
+    }
+}
+
+impl Aggregator {
+    /// The last write at shutdown: the verdicts and transitions not yet
+    /// written, then this session's rows ended with `success`.
+    fn last_write(&mut self) -> impl Future<Output = crate::Result<()>> + use<> {
         let pending = self.pending();
         let (history, _) = self.history_write(Utc::now(), false);
         let (db, session) = (self.db.clone(), self.session.clone());
         let timeout = connect::write_timeout(self.settings.heartbeat_interval);
-        let finish = async move {
+        let tasks = self.tasks.clone();
+        async move {
             let verdicts: Vec<VerdictRow> = pending.into_iter().map(|(_, _, v)| v).collect();
             let (flush_db, flush_session) = (db.clone(), session.clone());
-            in_task("write", timeout, async move {
+            in_task(&tasks, "write", timeout, async move {
                 storage::flush_with_history(
                     &flush_db,
                     &flush_session,
@@ -977,17 +1035,13 @@ impl Handler<Finish> for Aggregator {
                 .await
             })
             .await?;
-            let ended = in_task("write", timeout, async move {
+            let ended = in_task(&tasks, "write", timeout, async move {
                 storage::finish(&db, &session, Utc::now()).await
             })
             .await?;
             tracing::info!(rows = ended, "executor rows ended with success");
             Ok(())
-        };
-        Box::pin(finish.into_actor(self).map(|result, _, ctx| {
-            ctx.stop();
-            result
-        }))
+        }
     }
 }
 

@@ -381,10 +381,20 @@ impl ActorsThread {
                 .unwrap_or_else(|_| Err(Error::Runtime("the actors' thread ended early".into()))),
             None => Ok(()),
         };
-        if let Some(thread) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        result
+        let joined = match self.thread.take() {
+            Some(thread) => tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|joined| joined.map_err(|_| "it panicked".to_owned())),
+            None => Ok(()),
+        };
+        // The actors' runtime ended badly (a panic while it wound down, seen on
+        // stderr): say so, after any error of the last write.
+        result.and(
+            joined.map_err(|e| {
+                Error::Runtime(format!("the actors' thread did not end cleanly: {e}"))
+            }),
+        )
     }
 }
 
