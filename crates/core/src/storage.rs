@@ -153,36 +153,36 @@ pub async fn register(
         });
         Job::insert_many(rows).exec_without_returning(db).await?;
     }
-    // Read the ids back (MySQL has no RETURNING), matching rows to executors in id order.
-    let mut stored: Vec<(i32, ExecutorKey)> = Job::find()
+    // Read the ids back (MySQL has no RETURNING), matching rows to executors:
+    // only the three columns that do it, each key's ids in id order.
+    let stored: Vec<(i32, Option<String>, Option<String>)> = Job::find()
+        .select_only()
+        .column(Column::Id)
+        .column(Column::ExecutorClass)
+        .column(Column::ExecutorInstance)
         .filter(session.rows())
         .order_by(Column::Id, Order::Asc)
+        .into_tuple()
         .all(db)
-        .await?
-        .into_iter()
-        .map(|row| {
-            (
-                row.id,
-                (
-                    row.executor_class.unwrap_or_default(),
-                    row.executor_instance,
-                ),
-            )
-        })
-        .collect();
+        .await?;
+    let mut ids: std::collections::HashMap<ExecutorKey, std::collections::VecDeque<i32>> =
+        std::collections::HashMap::with_capacity(stored.len());
+    for (id, class, instance) in stored {
+        ids.entry((class.unwrap_or_default(), instance))
+            .or_default()
+            .push_back(id);
+    }
     executors
         .iter()
         .map(|key| {
-            let at = stored
-                .iter()
-                .position(|(_, stored)| stored == key)
+            ids.get_mut(key)
+                .and_then(std::collections::VecDeque::pop_front)
                 .ok_or_else(|| {
                     crate::Error::Database(sea_orm::DbErr::RecordNotFound(format!(
                         "the row just inserted for {} is missing",
                         key.0
                     )))
-                })?;
-            Ok(stored.remove(at).0)
+                })
         })
         .collect()
 }
