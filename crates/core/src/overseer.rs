@@ -304,7 +304,7 @@ async fn start_actors(
         .collect();
     limits.sort();
     limits.dedup();
-    actix_rt::spawn(queued::watch(
+    let queued_reader = actix_rt::spawn(queued::watch(
         reader_db,
         board.clone(),
         limits,
@@ -342,6 +342,7 @@ async fn start_actors(
         aggregator: Box::new(make_aggregator),
         stats: stats_for_restarts,
         reports: reports_rx,
+        background: vec![queued_reader],
     })
 }
 

@@ -59,6 +59,10 @@ pub(super) struct Started {
     /// Where restarts are counted.
     pub(super) stats: Arc<AggregatorStats>,
     pub(super) reports: watch::Receiver<Arc<HealthReport>>,
+    /// Tasks of the actors' runtime besides the actors (the queued task
+    /// reader): aborted, and awaited, before the runtime ends, so none is
+    /// dropped mid-read where its pooled connection cannot be given back.
+    pub(super) background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Which core actor.
@@ -155,6 +159,7 @@ impl Core {
             aggregator: make_aggregator,
             stats,
             reports,
+            background: _,
         } = started;
         let (address, task) = spawn_actor(make_aggregator());
         let aggregator = Running { address, task };
@@ -303,6 +308,8 @@ impl ActorsThread {
                             return;
                         }
                     };
+                    let mut started = started;
+                    let background = std::mem::take(&mut started.background);
                     let (mut core, reports) = Core::start(started);
                     let _ = ready_tx.send(Ok(reports));
                     // Run until asked to stop, or until the handle is dropped;
@@ -333,6 +340,10 @@ impl ActorsThread {
                         .unwrap_or_else(|e| {
                             Err(Error::Runtime(format!("the aggregator is gone: {e}")))
                         });
+                    for task in background {
+                        task.abort();
+                        let _ = task.await;
+                    }
                     let _ = done_tx.send(finished);
                     System::current().stop();
                 });
