@@ -179,6 +179,14 @@ pub struct ExecutorActor {
     flow: FlowWatch,
     /// Airflow's queued task instances, when the database has them.
     queued: Option<QueuedSource>,
+    /// A check of this incarnation is running.
+    running: bool,
+    /// Polls that came while a check ran: answered with its verdict when it
+    /// ends. The supervisor's guard sends no second poll while one is
+    /// unanswered, so these come only from a supervisor restarted meanwhile
+    /// (which knows of no poll in flight): a hung check is still run once,
+    /// never once more per restart, and its answer reaches the new supervisor.
+    waiting: Vec<Reply>,
 }
 
 impl ExecutorActor {
@@ -203,6 +211,8 @@ impl ExecutorActor {
             tripped: false,
             flow: FlowWatch::default(),
             queued: None,
+            running: false,
+            waiting: Vec::new(),
         }
     }
 
@@ -287,6 +297,10 @@ impl Supervised for ExecutorActor {
     fn restarting(&mut self, _: &mut Context<Self>) {
         ExecutorStats::bump(&self.stats.restarts);
         self.check = self.executor.build_check();
+        // The check that ran ended with the old incarnation; the polls waiting
+        // on it answer that the actor did not (their `Reply`'s drop).
+        self.running = false;
+        self.waiting.clear();
 
         let now = Instant::now();
         self.restarts.push_back(now);
@@ -334,29 +348,39 @@ impl Handler<CheckHealth> for ExecutorActor {
             }
             self.backoff_until = None;
         }
+        if self.running {
+            self.waiting.push(reply);
+            return;
+        }
+        self.running = true;
         ctx.spawn(
             self.run_check()
                 .into_actor(self)
-                .map(move |outcome, act, ctx| match outcome {
-                    Ok(observation) => {
-                        act.tripped = false;
-                        act.next_backoff = act.policy.backoff;
-                        // Every verdict passes here on its way to the table and
-                        // the report: a check that quotes a URL in its reason
-                        // or its detail loses its credentials here, whoever
-                        // wrote the check.
-                        let judged = act.judge(observation.scrubbed());
-                        reply.send(judged);
-                    }
-                    Err(message) => {
-                        let message = crate::secret::scrub(&message);
-                        ExecutorStats::bump(&act.stats.panics);
-                        tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
-                        reply.send(
+                .map(move |outcome, act, ctx| {
+                    act.running = false;
+                    let waiting = std::mem::take(&mut act.waiting);
+                    let answer = match outcome {
+                        Ok(observation) => {
+                            act.tripped = false;
+                            act.next_backoff = act.policy.backoff;
+                            // Every verdict passes here on its way to the table
+                            // and the report: a check that quotes a URL in its
+                            // reason or its detail loses its credentials here,
+                            // whoever wrote the check.
+                            act.judge(observation.scrubbed())
+                        }
+                        Err(message) => {
+                            let message = crate::secret::scrub(&message);
+                            ExecutorStats::bump(&act.stats.panics);
+                            tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
+                            ctx.stop();
                             ExecutorHealth::unhealthy(format!("health check panicked: {message}"))
-                                .into(),
-                        );
-                        ctx.stop();
+                                .into()
+                        }
+                    };
+                    reply.send(answer.clone());
+                    for waiting in waiting {
+                        waiting.send(answer.clone());
                     }
                 }),
         );

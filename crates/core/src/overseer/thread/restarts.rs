@@ -190,6 +190,69 @@ async fn a_supervisor_that_stops_or_panics_is_restarted_and_polling_resumes() {
     }
 }
 
+/// A check hung across a supervisor restart: the new supervisor knows of no
+/// poll in flight and polls again, but the executor runs the hung check once,
+/// not once more per restart (each a task or thread held), and its answer,
+/// when it comes, reaches the new supervisor and the report.
+#[tokio::test]
+async fn a_hung_check_is_run_once_across_supervisor_restarts() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let check = Scripted::new(ExecutorHealth::Healthy);
+    let overseer = start(
+        &db.url,
+        check.clone(),
+        Duration::from_millis(100),
+        Duration::from_millis(80),
+    )
+    .await;
+    report_until(&overseer, "healthy", |r| {
+        verdict(r) == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    check.shut();
+    let executor = overseer.executor_stats()[0].1.clone();
+    until("the check hung", || {
+        executor.checks_running.load(Ordering::Relaxed) == 1
+            && executor.skipped.load(Ordering::Relaxed) > 0
+    })
+    .await;
+
+    let stats = overseer.aggregator_stats();
+    for restart in 1..=2 {
+        overseer.actors.crash(CoreActor::Supervisor, Crash::Stop);
+        until("the supervisor restarted", || {
+            stats.restarts.supervisor.load(Ordering::Relaxed) == restart
+        })
+        .await;
+        // The new supervisor polls, times out and skips, as the old one did.
+        let skipped = executor.skipped.load(Ordering::Relaxed);
+        until("the new supervisor's skips", || {
+            executor.skipped.load(Ordering::Relaxed) > skipped
+        })
+        .await;
+        assert_eq!(
+            executor.checks_running.load(Ordering::Relaxed),
+            1,
+            "after restart {restart}: still the one hung check"
+        );
+    }
+    report_until(&overseer, "unhealthy while it hangs", |r| {
+        verdict(r).is_some_and(|v| v.as_str() == "unhealthy")
+    })
+    .await;
+
+    let after = ExecutorHealth::unhealthy("broker answered after the hang");
+    check.set(after.clone());
+    check.open();
+    report_until(&overseer, "the hung check's answer", |r| {
+        verdict(r).as_ref() == Some(&after)
+    })
+    .await;
+    assert_eq!(executor.checks_running_max.load(Ordering::Relaxed), 1);
+    overseer.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_aggregator_that_stops_or_panics_is_restarted_with_its_verdicts_and_reporting_resumes() {
     for how in [Crash::Stop, Crash::Panic] {
