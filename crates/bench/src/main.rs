@@ -170,6 +170,7 @@ fn run(options: Options) -> Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     let started = Instant::now();
     let started_at = chrono::Utc::now();
+    let commit = report::commit(&process::workspace());
     let load_start = system::load_average();
     let mut notes = Vec::new();
     let bin = process::overseer_binary();
@@ -240,6 +241,7 @@ fn run(options: Options) -> Result<ExitCode> {
     ));
     let info = RunInfo {
         machine: system::Machine::read(),
+        commit,
         started: started_at,
         load_start,
         load_end: system::load_average(),
@@ -247,7 +249,7 @@ fn run(options: Options) -> Result<ExitCode> {
         versions,
         notes,
     };
-    let document = report::document(&plan, &info, &sections, &process::workspace());
+    let document = report::document(&plan, &info, &sections);
     let path = out.root.join("BENCHMARKS.md");
     std::fs::write(&path, document).with_context(|| format!("while writing {}", path.display()))?;
     println!(

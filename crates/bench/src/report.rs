@@ -121,8 +121,10 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     text
 }
 
-/// The commit the run measured, read-only (`git rev-parse`, `git status`).
-fn commit(workspace: &Path) -> String {
+/// The commit the run measured, read-only (`git rev-parse`, `git status`):
+/// read when the run starts, before it writes its charts and this file into
+/// the tree (read at the end, they made every run "with uncommitted changes").
+pub fn commit(workspace: &Path) -> String {
     let git = |args: &[&str]| {
         Command::new("git")
             .args(args)
@@ -149,6 +151,8 @@ fn commit(workspace: &Path) -> String {
 /// What the intro says about this run.
 pub struct RunInfo {
     pub machine: Machine,
+    /// [`commit`], read at the start.
+    pub commit: String,
     pub started: chrono::DateTime<chrono::Utc>,
     pub load_start: String,
     pub load_end: String,
@@ -157,7 +161,7 @@ pub struct RunInfo {
     pub notes: Vec<String>,
 }
 
-pub fn document(plan: &Plan, info: &RunInfo, sections: &[Section], workspace: &Path) -> String {
+pub fn document(plan: &Plan, info: &RunInfo, sections: &[Section]) -> String {
     let m = &info.machine;
     let mut text = String::from("# Benchmarks\n\n");
     if plan.smoke {
@@ -176,7 +180,7 @@ pub fn document(plan: &Plan, info: &RunInfo, sections: &[Section], workspace: &P
         text,
         "**This run**: {} UTC, commit {}, {} build, {:.1} minutes in all (building excluded).  ",
         info.started.format("%Y-%m-%d %H:%M"),
-        commit(workspace),
+        info.commit,
         if cfg!(debug_assertions) {
             "debug"
         } else {
