@@ -142,23 +142,30 @@ async fn row_until(
     }
 }
 
+/// A fresh SQLite file and one executor polled every 100 ms (timeout 80 ms),
+/// once its check, answering `healthy`, is in the report.
+async fn healthy_on_quick_polls() -> (overseer_testkit::TestDb, Scripted, Overseer) {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let check = Scripted::new(ExecutorHealth::Healthy);
+    let overseer = start(
+        &db.url,
+        check.clone(),
+        Duration::from_millis(100),
+        Duration::from_millis(80),
+    )
+    .await;
+    report_until(&overseer, "healthy", |r| {
+        verdict(r) == Some(ExecutorHealth::Healthy)
+    })
+    .await;
+    (db, check, overseer)
+}
+
 #[tokio::test]
 async fn a_supervisor_that_stops_or_panics_is_restarted_and_polling_resumes() {
     for how in [Crash::Stop, Crash::Panic] {
-        let db = overseer_testkit::sqlite().await;
-        Migrator::up(&db.conn, None).await.unwrap();
-        let check = Scripted::new(ExecutorHealth::Healthy);
-        let overseer = start(
-            &db.url,
-            check.clone(),
-            Duration::from_millis(100),
-            Duration::from_millis(80),
-        )
-        .await;
-        report_until(&overseer, "healthy", |r| {
-            verdict(r) == Some(ExecutorHealth::Healthy)
-        })
-        .await;
+        let (db, check, overseer) = healthy_on_quick_polls().await;
 
         overseer.actors.crash(CoreActor::Supervisor, how);
         let stats = overseer.aggregator_stats();
@@ -196,20 +203,7 @@ async fn a_supervisor_that_stops_or_panics_is_restarted_and_polling_resumes() {
 /// when it comes, reaches the new supervisor and the report.
 #[tokio::test]
 async fn a_hung_check_is_run_once_across_supervisor_restarts() {
-    let db = overseer_testkit::sqlite().await;
-    Migrator::up(&db.conn, None).await.unwrap();
-    let check = Scripted::new(ExecutorHealth::Healthy);
-    let overseer = start(
-        &db.url,
-        check.clone(),
-        Duration::from_millis(100),
-        Duration::from_millis(80),
-    )
-    .await;
-    report_until(&overseer, "healthy", |r| {
-        verdict(r) == Some(ExecutorHealth::Healthy)
-    })
-    .await;
+    let (_db, check, overseer) = healthy_on_quick_polls().await;
     check.shut();
     let executor = overseer.executor_stats()[0].1.clone();
     until("the check hung", || {
