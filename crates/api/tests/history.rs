@@ -6,27 +6,14 @@
 mod support;
 
 use actix_web::http::StatusCode;
-use actix_web::{App, test, web};
-use overseer_api::errors;
+use actix_web::test;
 use overseer_api::openapi::ApiDoc;
 use overseer_core::history::HistoryReader;
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use serde_json::{Value, json};
-use support::{Harness, healthy_report};
+use support::{Harness, app, healthy_report};
 use utoipa::OpenApi;
-
-macro_rules! app {
-    ($state:expr) => {
-        test::init_service(
-            App::new()
-                .app_data(web::Data::new($state.clone()))
-                .configure(overseer_api::routes)
-                .default_service(web::to(errors::not_found)),
-        )
-        .await
-    };
-}
 
 /// Five transitions, written as Overseer writes them (`at` in the backend's
 /// form): two executors, two hosts, one without an instance.

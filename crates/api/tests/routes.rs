@@ -10,25 +10,11 @@ use std::sync::Arc;
 use actix_web::body::MessageBody;
 use actix_web::dev::ServiceResponse;
 use actix_web::http::{StatusCode, header};
+use actix_web::test;
 use actix_web::web::Bytes;
-use actix_web::{App, test, web};
 use overseer_api::dashboard::FrameAncestors;
-use overseer_api::errors;
 use serde_json::Value;
-use support::{Harness, full_report, healthy_report};
-
-/// The app `overseer serve` runs, without the server around it.
-macro_rules! app {
-    ($state:expr) => {
-        test::init_service(
-            App::new()
-                .app_data(web::Data::new($state.clone()))
-                .configure(overseer_api::routes)
-                .default_service(web::to(errors::not_found)),
-        )
-        .await
-    };
-}
+use support::{Harness, app, full_report, healthy_report};
 
 fn header_of(response: &ServiceResponse, name: header::HeaderName) -> String {
     response

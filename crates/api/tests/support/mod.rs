@@ -16,6 +16,22 @@ use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_inde
 use overseer_core::{ExecutorHealth, HealthReport, JobState, JobType};
 use tokio::sync::watch;
 
+/// The app `overseer serve` runs, without the server around it.
+#[allow(unused_macros)]
+macro_rules! app {
+    ($state:expr) => {
+        actix_web::test::init_service(
+            actix_web::App::new()
+                .app_data(actix_web::web::Data::new($state.clone()))
+                .configure(overseer_api::routes)
+                .default_service(actix_web::web::to(overseer_api::errors::not_found)),
+        )
+        .await
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use app;
+
 /// The time the reports are built at.
 pub fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap()
