@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
 use serde_json::Value;
-use support::{Serving, get, health, health_until, overseer, run, workdir};
+use support::{Serving, celery, get, health, health_until, overseer, run, workdir};
 
 /// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
 const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
@@ -159,14 +159,6 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "{what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The Celery executor's instance in a report.
-fn celery(json: &Value) -> Option<&Value> {
-    json["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
 }
 
 fn is_healthy(json: &Value) -> bool {

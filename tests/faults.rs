@@ -6,18 +6,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis};
-use serde_json::Value;
-use support::{Serving, health, health_until, overseer, workdir};
+use support::{Serving, celery, health, health_until, overseer, workdir};
 
 /// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
 const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
-
-fn celery(json: &Value) -> Option<&Value> {
-    json["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
-}
 
 #[test]
 fn the_metadata_database_away_for_20s_loses_no_verdict() {

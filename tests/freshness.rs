@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis};
 use serde_json::Value;
-use support::{Serving, get, health, health_until, overseer, workdir};
+use support::{Serving, celery, get, health, health_until, overseer, workdir};
 
 /// How often the client reads the health JSON while it waits: the resolution
 /// of the measured times.
@@ -27,13 +27,6 @@ const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The longest wait for anything that is not the measured freshness.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn celery(json: &Value) -> Option<&Value> {
-    json["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
-}
 
 fn celery_health(json: &Value) -> Option<&str> {
     celery(json)?["health"].as_str()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::Value;
-use support::{Serving, get, health_until, overseer, workdir};
+use support::{Serving, celery, get, health_until, overseer, workdir};
 
 /// The password in every broker URL here; it must never reach the log.
 const PASSWORD: &str = "wr0ng-s3cret-pw";
@@ -55,14 +55,6 @@ fn wait_for_polls(serving: &Serving, executor: &str, polls: f64) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The Celery executor's instance in a report.
-fn celery(json: &Value) -> Option<&Value> {
-    json["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
 }
 
 /// No line carries the password; no line at all is `ERROR`.

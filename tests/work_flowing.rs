@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, node_name, python, send_tasks};
 use serde_json::Value;
-use support::{Serving, overseer, workdir};
+use support::{Serving, celery, overseer, workdir};
 
 /// The machine's RabbitMQ, guest/guest on vhost `/`.
 const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
@@ -169,14 +169,6 @@ fn serve(broker: Broker, queues: &[&str], worker_ping: bool) -> (Serving, tempfi
     );
     std::fs::write(dir.path().join("overseer.toml"), config).unwrap();
     (Serving::start(&mut overseer(dir.path())), dir)
-}
-
-/// The Celery executor's instance in a health report.
-fn celery(json: &Value) -> Option<&Value> {
-    json["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
 }
 
 /// The instance's reason, or `""`.

@@ -210,6 +210,14 @@ impl Drop for Heartbeat {
     }
 }
 
+/// The Celery executor's instance in a health report.
+pub fn celery(json: &serde_json::Value) -> Option<&serde_json::Value> {
+    json["executor"]["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| i["executor"] == "CeleryExecutor")
+}
+
 /// The service's health JSON (any status but an error is a failure).
 pub fn health(serving: &Serving) -> serde_json::Value {
     let (status, body) = get(&serving.url("/api/v2/monitor/health"));
