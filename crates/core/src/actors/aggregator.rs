@@ -70,6 +70,14 @@ pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 /// are published together, in one report, not one report each.
 pub const PUBLISH_DELAY: Duration = Duration::from_millis(5);
 
+/// A publish waits at least this many times as long as the last one took, so
+/// building and rendering the report takes at most a fifth of the actors'
+/// thread however often verdicts change. At ten thousand instances a report
+/// takes milliseconds and this changes nothing; at fifty thousand whose polls
+/// time out and flap, each change would otherwise render the whole fleet
+/// again, and the renders would take the thread the polls need.
+pub const PUBLISH_SPACING: u32 = 4;
+
 /// How far before the previous read's start a read looks for changed rows:
 /// a write whose time was taken before that read but which committed after
 /// it, or a writer whose clock runs a little behind this one's.
@@ -106,6 +114,9 @@ pub struct AggregatorStats {
     pub last_read_rows: AtomicU64,
     /// Reports whose JSON was rendered (and published): only those that changed.
     pub renders: AtomicU64,
+    /// How long the last report took to build (and render, if it changed), in
+    /// microseconds.
+    pub last_publish_micros: AtomicU64,
     /// Restarts of the core actors after they stopped or panicked.
     pub restarts: ActorRestarts,
     /// Transitions of a verdict's state this process saw (queued for the history).
@@ -288,6 +299,9 @@ pub struct Aggregator {
     flush_waiter: Option<oneshot::Sender<()>>,
     refreshing: bool,
     publish_scheduled: bool,
+    /// How long the last publish took: the next one waits
+    /// [`PUBLISH_SPACING`] times as long.
+    publish_cost: Duration,
     /// `Finish` ran: no more writes or reads.
     finished: bool,
     /// Every database read and write running (each a task of its own): `Finish`
@@ -370,6 +384,7 @@ impl Aggregator {
             flush_waiter: None,
             refreshing: false,
             publish_scheduled: false,
+            publish_cost: Duration::ZERO,
             finished: false,
             tasks: TaskTracker::new(),
             writes: Outage::default(),
@@ -538,7 +553,7 @@ impl Aggregator {
                 own.row.executor_health_checked_at = Some(now);
             }
         }
-        self.publish();
+        self.publish_soon(ctx);
         self.flush(ctx, now);
     }
 
@@ -663,10 +678,10 @@ impl Aggregator {
         let read = in_task(&tasks, "read", timeout, async move {
             storage::read_for_report(&db, &session, since, started, horizon).await
         });
-        ctx.spawn(read.into_actor(self).map(move |result, act, _| {
+        ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             act.refreshing = false;
             act.read(result, started);
-            act.publish();
+            act.publish_soon(ctx);
         }));
     }
 
@@ -801,13 +816,16 @@ impl Aggregator {
         }
     }
 
-    /// Publishes a report soon, with every verdict that changes until then.
+    /// Publishes a report soon, with every change made until then: after
+    /// [`PUBLISH_DELAY`], or [`PUBLISH_SPACING`] times as long as the last
+    /// report took to build, if that is longer.
     fn publish_soon(&mut self, ctx: &mut Context<Self>) {
         if self.publish_scheduled {
             return;
         }
         self.publish_scheduled = true;
-        ctx.run_later(PUBLISH_DELAY, |act, _| {
+        let delay = PUBLISH_DELAY.max(self.publish_cost * PUBLISH_SPACING);
+        ctx.run_later(delay, |act, _| {
             act.publish_scheduled = false;
             act.publish();
         });
@@ -819,6 +837,16 @@ impl Aggregator {
         if !self.ready {
             return;
         }
+        let started = Instant::now();
+        self.build_and_publish();
+        self.publish_cost = started.elapsed();
+        let micros = u64::try_from(self.publish_cost.as_micros()).unwrap_or(u64::MAX);
+        self.stats
+            .last_publish_micros
+            .store(micros, Ordering::Relaxed);
+    }
+
+    fn build_and_publish(&mut self) {
         let now = Utc::now();
         let live: Vec<&job::Model> = self
             .others
