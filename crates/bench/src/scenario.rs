@@ -248,6 +248,15 @@ async fn scale(db: &str, executors: usize, warmup: Duration, measure: Duration) 
             .map(|(_, s)| s.poll_count.load(Ordering::Relaxed))
             .sum()
     };
+    // Ticks sent or skipped, all executors together: each supervisor tick adds
+    // one per executor, so the total moves by whole rounds of `executors`.
+    let ticks = || -> u64 {
+        executor_stats
+            .iter()
+            .map(|(_, s)| s.polls.load(Ordering::Relaxed) + s.skipped.load(Ordering::Relaxed))
+            .sum()
+    };
+    let round = executors.max(1) as u64;
     tokio::time::sleep(warmup).await;
 
     marker("window-start");
@@ -258,18 +267,30 @@ async fn scale(db: &str, executors: usize, warmup: Duration, measure: Duration) 
     let failures_before = stats.flush_failures.load(Ordering::Relaxed);
     let mut seen = flushes_before;
     let (mut micros, mut statements, mut verdicts) = (Vec::new(), Vec::new(), Vec::new());
-    // (seconds into the window, answered polls) at each flush: polls and flushes
-    // both tick once a second, so between two flushes lie whole poll rounds.
-    let mut polled = Vec::new();
+    // How long the latest report took to build and render, at each flush.
+    let mut publishes = Vec::new();
+    // Seconds into the window of each flush seen.
+    let mut flushed_at = Vec::new();
+    // (seconds into the window, answered polls) as each tick's round is seen
+    // whole: between two ticks lie the answers to one round, so the rate over
+    // them counts whole rounds, with no window edge in it.
+    let mut rounds = Vec::new();
+    let mut ticks_seen = ticks() / round * round;
     while window.elapsed() < measure {
         tokio::time::sleep(SAMPLE_EVERY).await;
+        let now_ticks = ticks();
+        if now_ticks >= ticks_seen + round {
+            ticks_seen = now_ticks / round * round;
+            rounds.push((window.elapsed().as_secs_f64(), answered(), ticks_seen));
+        }
         let flushes = stats.flushes.load(Ordering::Relaxed);
         if flushes != seen {
             seen = flushes;
             micros.push(stats.last_flush_micros.load(Ordering::Relaxed));
             statements.push(stats.last_flush_statements.load(Ordering::Relaxed));
             verdicts.push(stats.last_flush_verdicts.load(Ordering::Relaxed));
-            polled.push((window.elapsed().as_secs_f64(), answered()));
+            publishes.push(stats.last_publish_micros.load(Ordering::Relaxed));
+            flushed_at.push(window.elapsed().as_secs_f64());
         }
     }
     let wall = window.elapsed().as_secs_f64();
@@ -301,14 +322,27 @@ async fn scale(db: &str, executors: usize, warmup: Duration, measure: Duration) 
         "flush_ms": micros.iter().map(|m| *m as f64 / 1000.0).collect::<Vec<_>>(),
         "statements": statements,
         "verdicts": verdicts,
+        "publish_ms": publishes.iter().map(|m| *m as f64 / 1000.0).collect::<Vec<_>>(),
         "bytes_written": written,
         // From the first to the last flush seen: whole periods, no window edges.
-        "flushes_per_s": match (polled.first(), polled.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => (polled.len() - 1) as f64 / (b.0 - a.0),
+        "flushes_per_s": match (flushed_at.first(), flushed_at.last()) {
+            (Some(a), Some(b)) if b > a => (flushed_at.len() - 1) as f64 / (b - a),
             _ => flushes as f64 / wall,
         },
-        "polls_per_executor_per_s": match (polled.first(), polled.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0) / executors.max(1) as f64,
+        // Answered polls per executor per second, between the first and the last
+        // tick seen in the window; and the ticks' own rate (1 when the
+        // supervisor's timer keeps time), and the share of the polls those ticks
+        // were due that were answered (a skipped tick is one not answered).
+        "polls_per_executor_per_s": match (rounds.first(), rounds.last()) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0) / round as f64,
+            _ => f64::NAN,
+        },
+        "ticks_per_s": match (rounds.first(), rounds.last()) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) as f64 / (b.0 - a.0) / round as f64,
+            _ => f64::NAN,
+        },
+        "polls_answered_share": match (rounds.first(), rounds.last()) {
+            (Some(a), Some(b)) if b.2 > a.2 => (b.1 - a.1) as f64 / (b.2 - a.2) as f64,
             _ => f64::NAN,
         },
     }))
