@@ -9,11 +9,12 @@
 //!   parked forever).
 //! - `scale`: `executors` healthy executors polled every second, the flush and
 //!   the refresh every second, on SQLite (`db=sqlite`, a fresh file) or on the
-//!   database URL given.
+//!   database URL given; `flapping=N` makes the first N turn at every poll.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -69,6 +70,27 @@ impl HealthCheck for Healthy {
     }
 }
 
+/// A check whose verdict turns at every poll (healthy, then unhealthy, and so
+/// on), answering after its own delay: the verdicts of many such come one by
+/// one, spread over the poll, as timeouts of a loaded fleet do.
+#[derive(Clone, Default)]
+struct Flapping {
+    unhealthy: Arc<AtomicBool>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Flapping {
+    async fn get_health(&self) -> ExecutorHealth {
+        tokio::time::sleep(self.delay).await;
+        if self.unhealthy.fetch_xor(true, Ordering::Relaxed) {
+            ExecutorHealth::unhealthy("flapping")
+        } else {
+            ExecutorHealth::Healthy
+        }
+    }
+}
+
 /// Runs the scenario `name` with `key=value` arguments and prints its result.
 pub fn main(name: &str, args: &[String]) -> Result<()> {
     let params: HashMap<&str, &str> = args.iter().filter_map(|a| a.split_once('=')).collect();
@@ -94,6 +116,7 @@ pub fn main(name: &str, args: &[String]) -> Result<()> {
         "scale" => runtime.block_on(scale(
             param("db")?,
             param("executors")?.parse()?,
+            params.get("flapping").map_or(Ok(0), |n| n.parse())?,
             seconds("warmup")?,
             seconds("seconds")?,
         ))?,
@@ -227,7 +250,16 @@ async fn host_loop_beside(
     }))
 }
 
-async fn scale(db: &str, executors: usize, warmup: Duration, measure: Duration) -> Result<Value> {
+/// `executors` executors polled every second, of which the first `flapping`
+/// turn at every poll (each a new verdict, a transition and a new report) and
+/// the others stay healthy.
+async fn scale(
+    db: &str,
+    executors: usize,
+    flapping: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<Value> {
     let pid = std::process::id();
     let (_dir, url) = if db == "sqlite" {
         let (dir, url) = sqlite().await?;
@@ -235,7 +267,22 @@ async fn scale(db: &str, executors: usize, warmup: Duration, measure: Duration) 
     } else {
         (None, db.to_owned())
     };
-    let checks = (0..executors).map(|i| Executor::new(format!("e{i}:CeleryExecutor"), Healthy));
+    let checks = (0..executors).map(|i| {
+        let name = format!("e{i}:CeleryExecutor");
+        if i < flapping {
+            // Spread over 0-399 ms, under the 500 ms poll timeout.
+            let delay = Duration::from_millis((i as u64 * 397) % 400);
+            Executor::new(
+                name,
+                Flapping {
+                    delay,
+                    ..Flapping::default()
+                },
+            )
+        } else {
+            Executor::new(name, Healthy)
+        }
+    });
     let started = Instant::now();
     let overseer = builder(&url).executors(checks).start().await?;
     let startup = started.elapsed().as_secs_f64();

@@ -18,10 +18,15 @@ use crate::report::{Body, Out, table};
 use crate::stats::{Summary, bytes, count, num};
 use crate::wire::{Proxy, Snapshot};
 
+/// How many executors flap in the churn row (at most a hundredth of the fleet).
+const FLAPPING: usize = 500;
+
 /// One database's runs at one executor count.
 struct Point {
     backend: &'static str,
     executors: usize,
+    /// Of those, how many turn at every poll (none but in the churn row).
+    flapping: usize,
     runs: Vec<Value>,
     /// Bytes per flush, per run.
     flush_bytes: Vec<f64>,
@@ -90,11 +95,25 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
             points.push(Point {
                 backend,
                 executors,
+                flapping: 0,
                 runs: Vec::new(),
                 flush_bytes: Vec::new(),
                 read_bytes: Vec::new(),
             });
         }
+    }
+    // Churn: the largest fleet on Postgres with some executors whose verdict
+    // turns at every poll, their answers spread over the poll, so reports
+    // are built all the time.
+    if let (Some(_), Some(&executors)) = (&postgres, plan.scale_executors.iter().max()) {
+        points.push(Point {
+            backend: "Postgres",
+            executors,
+            flapping: (executors / 100).min(FLAPPING),
+            runs: Vec::new(),
+            flush_bytes: Vec::new(),
+            read_bytes: Vec::new(),
+        });
     }
     let deadline = Duration::from_secs_f64(plan.scale_warmup_s + plan.scale_seconds + 180.0);
     for run in 0..plan.runs {
@@ -123,6 +142,7 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
             let params = [
                 ("db", db.clone()),
                 ("executors", point.executors.to_string()),
+                ("flapping", point.flapping.to_string()),
                 ("warmup", plan.scale_warmup_s.to_string()),
                 ("seconds", plan.scale_seconds.to_string()),
             ];
@@ -163,6 +183,8 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
         }
     }
 
+    let (churn, points): (Vec<Point>, Vec<Point>) =
+        points.into_iter().partition(|p| p.flapping > 0);
     let mut body = format!(
         "Overseer embedded as a library supervises N executors whose check answers at once \
          (so what is measured is Overseer's own cost), polled every 1 s (timeout 0.5 s), its \
@@ -181,11 +203,19 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
     );
     let rows: Vec<Vec<String>> = points
         .iter()
+        .chain(&churn)
         .map(|p| {
             let s = |k: &str, d: usize| p.summary(k).map_or("–".into(), |s| s.cell(d));
             vec![
                 p.backend.to_owned(),
-                num(p.executors as f64, 0),
+                match p.flapping {
+                    0 => num(p.executors as f64, 0),
+                    n => format!(
+                        "{}, {} flapping",
+                        num(p.executors as f64, 0),
+                        num(n as f64, 0)
+                    ),
+                },
                 s("cpu_percent", 1),
                 s("peak_rss_mib", 0),
                 p.pooled("flush_ms").map_or_else(
@@ -228,6 +258,24 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
          (`Overseer::aggregator_stats()`), read after every flush; CPU is the Overseer process's \
          only (not the database server's). *Start-up* includes registering a row per executor.\n",
     );
+    if let Some(p) = churn.first() {
+        let _ = writeln!(
+            body,
+            "\n*Churn* (the last row): of the {} executors, {} answer after a delay of their \
+             own (0 to 0.4 s) and turn from `healthy` to `unhealthy` and back at every poll, so \
+             verdicts come one by one all through each second, each asking for a new report. A \
+             report of this fleet takes {} ms to build and render (median, read at each flush), \
+             and the next waits four times as long as the last took (`PUBLISH_SPACING`), so \
+             building reports takes at most a fifth of the actors' thread: polls answered, {} \
+             per executor per s.\n",
+            num(p.executors as f64, 0),
+            num(p.flapping as f64, 0),
+            p.pooled("publish_ms")
+                .map_or("?".into(), |s| num(s.median, 1)),
+            p.summary("polls_per_executor_per_s")
+                .map_or("none".into(), |s| num(s.median, 2)),
+        );
+    }
     if let Some(reads) = points
         .iter()
         .filter(|p| p.backend == "Postgres")
