@@ -288,11 +288,14 @@ async fn scale(
     let startup = started.elapsed().as_secs_f64();
     let stats = overseer.aggregator_stats();
     let executor_stats = overseer.executor_stats();
-    // Answered polls, all executors together.
-    let answered = || -> u64 {
+    // Polls due and not answered, all executors together: ticks skipped
+    // (the last poll still unanswered) and polls that timed out. Every due
+    // poll is answered, skipped or timed out; counting the last two is exact at
+    // a tick, where counting answers would catch a round half answered.
+    let missed = || -> u64 {
         executor_stats
             .iter()
-            .map(|(_, s)| s.poll_count.load(Ordering::Relaxed))
+            .map(|(_, s)| s.skipped.load(Ordering::Relaxed) + s.timeouts.load(Ordering::Relaxed))
             .sum()
     };
     // Ticks sent or skipped, all executors together: each supervisor tick adds
@@ -318,9 +321,9 @@ async fn scale(
     let mut publishes = Vec::new();
     // Seconds into the window of each flush seen.
     let mut flushed_at = Vec::new();
-    // (seconds into the window, answered polls) as each tick's round is seen
-    // whole: between two ticks lie the answers to one round, so the rate over
-    // them counts whole rounds, with no window edge in it.
+    // (seconds into the window, polls missed, ticks) as each tick's round is
+    // seen whole: between the first and the last lie whole rounds, with no
+    // window edge in them.
     let mut rounds = Vec::new();
     let mut ticks_seen = ticks() / round * round;
     while window.elapsed() < measure {
@@ -328,7 +331,7 @@ async fn scale(
         let now_ticks = ticks();
         if now_ticks >= ticks_seen + round {
             ticks_seen = now_ticks / round * round;
-            rounds.push((window.elapsed().as_secs_f64(), answered(), ticks_seen));
+            rounds.push((window.elapsed().as_secs_f64(), missed(), ticks_seen));
         }
         let flushes = stats.flushes.load(Ordering::Relaxed);
         if flushes != seen {
@@ -376,12 +379,14 @@ async fn scale(
             (Some(a), Some(b)) if b > a => (flushed_at.len() - 1) as f64 / (b - a),
             _ => flushes as f64 / wall,
         },
-        // Answered polls per executor per second, between the first and the last
-        // tick seen in the window; and the ticks' own rate (1 when the
-        // supervisor's timer keeps time), and the share of the polls those ticks
-        // were due that were answered (a skipped tick is one not answered).
+        // Between the first and the last tick seen whole in the window: polls
+        // answered per executor per second (ticks less polls missed), the
+        // ticks' own rate (1 when the supervisor's timer keeps time), and the
+        // share of the polls due that were answered.
         "polls_per_executor_per_s": match (rounds.first(), rounds.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0) / round as f64,
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                (b.2 - a.2).saturating_sub(b.1 - a.1) as f64 / (b.0 - a.0) / round as f64
+            }
             _ => f64::NAN,
         },
         "ticks_per_s": match (rounds.first(), rounds.last()) {
@@ -389,7 +394,9 @@ async fn scale(
             _ => f64::NAN,
         },
         "polls_answered_share": match (rounds.first(), rounds.last()) {
-            (Some(a), Some(b)) if b.2 > a.2 => (b.1 - a.1) as f64 / (b.2 - a.2) as f64,
+            (Some(a), Some(b)) if b.2 > a.2 => {
+                (b.2 - a.2).saturating_sub(b.1 - a.1) as f64 / (b.2 - a.2) as f64
+            }
             _ => f64::NAN,
         },
     }))
