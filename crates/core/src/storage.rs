@@ -454,18 +454,16 @@ pub struct RowsRead {
     pub rows: Vec<job::Model>,
     /// The rows are all the live ones, not only the ones that changed.
     pub full: bool,
-    /// With `full`: the latest transition of every executor row in the
-    /// history ([`crate::history::latest`]), for `since` and `previous`.
-    pub transitions: Vec<Transition>,
 }
 
 /// Reads what a report needs besides this session's own rows (the caller holds
 /// those), in five statements whatever the table holds: the most recent job of
 /// each type, and either every other live row (`since` is `None`) or only the
 /// other rows whose heartbeat, `end_date` or verdict time is at or after `since`
-/// (a row that ended, or whose heartbeat or verdict moved, since then). A read
-/// of every live row also reads the latest transition of every executor row
-/// (a sixth statement, every few seconds).
+/// (a row that ended, or whose heartbeat or verdict moved, since then). The
+/// history's latest transitions are a read of their own
+/// ([`crate::history::latest`]): its work grows with the history, and a
+/// history slow to read must not hold up the report or `metadatabase`.
 pub async fn read_for_report<C>(
     db: &C,
     session: &Session,
@@ -485,14 +483,7 @@ where
             except: Some(session),
         },
     };
-    in_snapshot(db, async |txn| {
-        let mut read = read_rows(txn, rows, now, horizon).await?;
-        if read.full {
-            read.transitions = crate::history::latest(txn).await?;
-        }
-        Ok(read)
-    })
-    .await
+    in_snapshot(db, async |txn| read_rows(txn, rows, now, horizon).await).await
 }
 
 /// This session's rows as the table holds them (to take their verdicts back

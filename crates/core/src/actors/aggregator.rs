@@ -28,10 +28,12 @@
 //!   `unknown`; not its reason) differs from the one the history holds for the
 //!   row queues a transition ([`crate::history`]); the next flush inserts the
 //!   queue in the verdict's own transaction, and a failed flush keeps it (at
-//!   most [`history::MAX_PENDING`]). The state the history holds is read back
-//!   at the first full read, so `since` and `previous` survive restarts; other
-//!   hosts' rows take theirs from the latest transitions every full read
-//!   finds. Old transitions are pruned by a flush, at most once every
+//!   most [`history::MAX_PENDING`]). After each full read the history's
+//!   latest transitions are read apart, with a timeout of their own, so a
+//!   history slow to read holds up neither the report nor `metadatabase`: the
+//!   first gives the state the history holds for this session's rows (so
+//!   `since` and `previous` survive restarts), each gives other hosts' rows
+//!   theirs. Old transitions are pruned by a flush, at most once every
 //!   `prune_every`.
 //! - **Risky work in tasks of its own.** Each database call runs as a task of its
 //!   own: a driver that panics fails that write or read, not the aggregator.
@@ -130,6 +132,12 @@ pub struct AggregatorStats {
     pub transitions_pending: AtomicU64,
     /// Prunes of the history that committed.
     pub history_prunes: AtomicU64,
+    /// Reads of the history's latest transitions that succeeded (one after
+    /// each full read).
+    pub history_reads: AtomicU64,
+    /// Of those reads, the ones that failed or timed out (the report keeps
+    /// what it had; this session's transitions wait for the next).
+    pub history_read_failures: AtomicU64,
 }
 
 /// How often the aggregator writes and reads.
@@ -266,6 +274,7 @@ impl Outage {
 type FirstRead = (
     crate::Result<RowsRead>,
     crate::Result<Option<Vec<job::Model>>>,
+    crate::Result<Vec<Transition>>,
 );
 
 /// The actor that owns this session's rows and publishes the report.
@@ -298,6 +307,10 @@ pub struct Aggregator {
     /// `Finish` waits on this for the flush running when it came.
     flush_waiter: Option<oneshot::Sender<()>>,
     refreshing: bool,
+    /// A read of the history's latest transitions is running.
+    history_reading: bool,
+    /// The last read of the history failed (logged once, until one succeeds).
+    history_unreadable: bool,
     publish_scheduled: bool,
     /// How long the last publish took: the next one waits
     /// [`PUBLISH_SPACING`] times as long.
@@ -383,6 +396,8 @@ impl Aggregator {
             flushing: false,
             flush_waiter: None,
             refreshing: false,
+            history_reading: false,
+            history_unreadable: false,
             publish_scheduled: false,
             publish_cost: Duration::ZERO,
             finished: false,
@@ -680,9 +695,65 @@ impl Aggregator {
         });
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             act.refreshing = false;
+            let full = matches!(&result, Ok(read) if read.full);
             act.read(result, started);
+            if full {
+                act.read_history(ctx);
+            }
             act.publish_soon(ctx);
         }));
+    }
+
+    /// Reads the history's latest transitions, after each full read but the
+    /// first (which waits for them): other hosts' rows' `since` and
+    /// `previous`, and, until one succeeds, the state the history holds for
+    /// this session's rows. A task of its own with a timeout of its own, apart
+    /// from the read of the rows: its work grows with the
+    /// history (2.3 s for 2,000,000 transitions on this project's Postgres), and
+    /// a history slow or failing to read must hold up neither the report nor
+    /// `metadatabase`. Until it is read, rows keep the `since` they had and
+    /// this session's transitions wait (they are worked out once the state the
+    /// history holds is known); it is tried again at the next full read.
+    fn read_history(&mut self, ctx: &mut Context<Self>) {
+        if self.history_reading || self.finished {
+            return;
+        }
+        self.history_reading = true;
+        let db = self.db.clone();
+        let timeout = connect::full_read_timeout(self.settings.refresh_interval);
+        let read = in_task(&self.tasks, "history read", timeout, async move {
+            history::latest(&db).await
+        });
+        ctx.spawn(read.into_actor(self).map(|result, act, ctx| {
+            act.history_reading = false;
+            if act.history_read(result) {
+                act.publish_soon(ctx);
+            }
+        }));
+    }
+
+    /// Takes a read of the history's latest transitions in, or records its
+    /// failure. True when it was taken in.
+    fn history_read(&mut self, result: crate::Result<Vec<Transition>>) -> bool {
+        match result {
+            Ok(latest) => {
+                self.stats.history_reads.fetch_add(1, Ordering::Relaxed);
+                if std::mem::take(&mut self.history_unreadable) {
+                    tracing::info!("the history's latest transitions are read again");
+                }
+                self.take_history(latest);
+                true
+            }
+            Err(e) => {
+                self.stats
+                    .history_read_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                if !std::mem::replace(&mut self.history_unreadable, true) {
+                    tracing::warn!(error = %e, "cannot read the history's latest transitions; `since` and `previous` wait for them");
+                }
+                false
+            }
+        }
     }
 
     /// Takes a read's rows in, or records its failure.
@@ -694,7 +765,6 @@ impl Aggregator {
                 stats
                     .last_read_rows
                     .store(read.rows.len() as u64, Ordering::Relaxed);
-                let latest = read.full.then_some(read.transitions);
                 if read.full {
                     stats.full_reads.fetch_add(1, Ordering::Relaxed);
                     self.others.clear();
@@ -716,9 +786,6 @@ impl Aggregator {
                     .unwrap_or(chrono::Duration::MAX);
                 self.others
                     .retain(|_, row| row.latest_heartbeat.is_some_and(|h| started - h < horizon));
-                if let Some(latest) = latest {
-                    self.take_history(latest);
-                }
                 self.read_since = Some(started);
                 self.metadatabase_ok = true;
                 if let Some(outage) = self.reads.succeeded() {
@@ -747,6 +814,12 @@ impl Aggregator {
         let timeout = connect::full_read_timeout(self.settings.refresh_interval);
         let started = Utc::now();
         let (tasks, own_tasks) = (self.tasks.clone(), self.tasks.clone());
+        // The first report waits for the history (at most its timeout), so that
+        // this session's first transitions and the rows' `since` are in it.
+        let history_db = db.clone();
+        let history = in_task(&self.tasks, "history read", timeout, async move {
+            history::latest(&history_db).await
+        });
         let read = async move {
             let (others, own) = (db.clone(), session.clone());
             let others = in_task(&tasks, "read", timeout, async move {
@@ -763,16 +836,20 @@ impl Aggregator {
                     Ok(None)
                 }
             };
-            let read: FirstRead = tokio::join!(others, own);
+            let read: FirstRead = tokio::join!(others, own, history);
             read
         };
-        ctx.spawn(read.into_actor(self).map(move |(others, own), act, _| {
-            act.refreshing = false;
-            act.take_back(own);
-            act.read(others, started);
-            act.ready = true;
-            act.publish();
-        }));
+        ctx.spawn(
+            read.into_actor(self)
+                .map(move |(others, own, history), act, _| {
+                    act.refreshing = false;
+                    act.take_back(own);
+                    act.read(others, started);
+                    act.history_read(history);
+                    act.ready = true;
+                    act.publish();
+                }),
+        );
     }
 
     /// Takes back the verdicts of this session's rows that no verdict has
