@@ -288,6 +288,12 @@ impl Metrics {
                 "Reads of the Jobs table that failed (metadatabase unhealthy).",
                 &aggregator.refresh_failures,
             ),
+            (
+                "overseer_db_history_read_failures_total",
+                "Reads of the verdict history's latest transitions that failed or timed out \
+                 (the report goes on; since and previous wait for the next).",
+                &aggregator.history_read_failures,
+            ),
         ] {
             families.push(family(
                 name,

@@ -336,6 +336,7 @@ async fn metrics_read_the_published_report() {
         r#"overseer_component_healthy{component="metadatabase"} 1"#,
         r#"overseer_component_healthy{component="executor"} 0"#,
         "overseer_stream_clients 0",
+        "overseer_db_history_read_failures_total 0",
         "# TYPE overseer_report_age_seconds gauge",
     ] {
         assert!(body.contains(expected), "missing {expected:?} in:\n{body}");
