@@ -240,6 +240,22 @@ impl Settings {
     }
 }
 
+/// One start-up step against the database, given `timeout` to answer.
+async fn bounded<T>(
+    what: &str,
+    timeout: Duration,
+    step: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(timeout, step)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::Runtime(format!(
+                "the database did not answer within {} when asked to {what} at start-up",
+                crate::duration::short(timeout)
+            )))
+        })
+}
+
 /// Runs on the actors' thread: everything `start` promises, in order.
 async fn start_actors(
     url: String,
@@ -249,25 +265,46 @@ async fn start_actors(
     checks: AsyncChecks,
     aggregator_stats: Arc<AggregatorStats>,
 ) -> Result<Started> {
+    // Connecting is bounded by the pool's acquire timeout; each step after it
+    // by a timeout of its own, so a database that takes connections but does
+    // not answer (frozen, or a table held by a lock that is not let go) fails
+    // start-up with an error naming the step instead of holding it forever.
     let db = Database::connect(crate::connect::options(&url)).await?;
-    storage::check_schema(&db).await?;
+    let read_timeout = crate::connect::full_read_timeout(settings.refresh_interval);
+    let write_timeout = crate::connect::MAX_TIMEOUT;
+    bounded("check the schema", read_timeout, storage::check_schema(&db)).await?;
 
     let keys: Vec<ExecutorKey> = executors
         .iter()
         .map(|e| (e.executor_class.clone(), e.instance.clone()))
         .collect();
     let session = Session::start(settings.hostname.clone(), settings.unixname.clone());
-    let closed = storage::close_crashed(&db, &session.hostname, &keys, session.started).await?;
+    let closed = bounded(
+        "close the rows a crash left open",
+        write_timeout,
+        storage::close_crashed(&db, &session.hostname, &keys, session.started),
+    )
+    .await?;
     if closed > 0 {
         tracing::warn!(
             rows = closed,
             "closed executor rows a crash left open on this host"
         );
     }
-    let job_ids = storage::register(&db, &session, &keys).await?;
+    let job_ids = bounded(
+        "register the executors' rows",
+        write_timeout,
+        storage::register(&db, &session, &keys),
+    )
+    .await?;
 
     let now = Utc::now();
-    let first = storage::report_rows(&db, now, settings.thresholds.longest()).await?;
+    let first = bounded(
+        "read the job table",
+        read_timeout,
+        storage::report_rows(&db, now, settings.thresholds.longest()),
+    )
+    .await?;
     let report = HealthReport::build(&first, true, &settings.thresholds, now);
     let (reports_tx, reports_rx) = watch::channel(Arc::new(report));
 

@@ -17,7 +17,8 @@ use overseer_core::{Executor, ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
-    ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder,
 };
 use support::{PATIENCE, Switch, migrated_throwaway_postgres, quick, report_until};
 use tokio_stream::StreamExt;
@@ -557,4 +558,48 @@ async fn a_shutdown_amid_writes_and_reads_ends_cleanly_on_postgres() {
     if let Some(db) = overseer_testkit::postgres().await {
         a_shutdown_amid_writes_and_reads_ends_cleanly(db).await;
     }
+}
+
+/// A database that takes connections but does not answer at start-up (here
+/// its job table held by a lock that is not let go) fails `start` with one
+/// line naming the step, once the step's timeout passes, instead of holding
+/// start-up forever; once the lock goes, the same start succeeds.
+#[tokio::test]
+async fn a_start_the_database_does_not_answer_fails_with_an_error_naming_the_step() {
+    let Some(db) = overseer_testkit::postgres().await else {
+        return;
+    };
+    Migrator::up(&db.conn, None).await.unwrap();
+    let locker = sea_orm::Database::connect(&db.url).await.unwrap();
+    let lock = sea_orm::TransactionTrait::begin(&locker).await.unwrap();
+    lock.execute_unprepared("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let check = Switch::new(ExecutorHealth::Healthy);
+    let start = || {
+        quick(&db.url, "sched-1")
+            .executor(Executor::new("CeleryExecutor", check.clone()))
+            .start()
+    };
+    let error = tokio::time::timeout(PATIENCE, start())
+        .await
+        .expect("start-up gives up on a database that does not answer")
+        .err()
+        .expect("start-up fails while the table is locked")
+        .to_string();
+    assert_eq!(
+        error,
+        "the database did not answer within 5s when asked to check the schema at start-up"
+    );
+
+    lock.rollback().await.unwrap();
+    let overseer = start().await.unwrap();
+    report_until(&overseer, "the executor healthy", |r| {
+        r.executor
+            .as_ref()
+            .is_some_and(|e| e.status == Status::Healthy)
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+    let _ = locker.close().await;
 }
