@@ -245,25 +245,43 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
             at: timestamp_text(backend, t.at),
         })
         .collect();
+    // A transition the table already holds (same row, state and time) is not
+    // written again: a flush whose commit went through but whose answer timed
+    // out keeps its transitions and writes them at the next, once.
     let columns = "executor, instance, hostname, from_health, to_health, reason, at";
+    let absent = |instance_equal: &str| {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {TABLE} h WHERE h.executor = v.executor \
+             AND h.hostname = v.hostname AND h.at = v.at AND h.to_health = v.to_health \
+             AND {instance_equal})"
+        )
+    };
     let sql = match backend {
         DbBackend::Postgres => format!(
             "INSERT INTO {TABLE} ({columns}) SELECT {columns} \
              FROM json_to_recordset(CAST($1 AS json)) AS v(executor text, instance text, \
-             hostname text, from_health text, to_health text, reason text, at timestamptz)"
+             hostname text, from_health text, to_health text, reason text, at timestamptz) \
+             WHERE {}",
+            absent("h.instance IS NOT DISTINCT FROM v.instance")
         ),
         DbBackend::MySql => format!(
             "INSERT INTO {TABLE} ({columns}) SELECT {columns} \
              FROM JSON_TABLE(?, '$[*]' COLUMNS (executor VARCHAR(500) PATH '$.executor', \
              instance VARCHAR(500) PATH '$.instance', hostname VARCHAR(500) PATH '$.hostname', \
              from_health VARCHAR(20) PATH '$.from_health', to_health VARCHAR(20) PATH '$.to_health', \
-             reason TEXT PATH '$.reason', at DATETIME(6) PATH '$.at')) AS v"
+             reason TEXT PATH '$.reason', at DATETIME(6) PATH '$.at')) AS v WHERE {}",
+            absent("h.instance <=> v.instance")
         ),
         _ => format!(
-            "INSERT INTO {TABLE} ({columns}) SELECT json_extract(value, '$.executor'), \
-             json_extract(value, '$.instance'), json_extract(value, '$.hostname'), \
-             json_extract(value, '$.from_health'), json_extract(value, '$.to_health'), \
-             json_extract(value, '$.reason'), json_extract(value, '$.at') FROM json_each(?)"
+            "INSERT INTO {TABLE} ({columns}) SELECT {columns} FROM (SELECT \
+             json_extract(value, '$.executor') AS executor, \
+             json_extract(value, '$.instance') AS instance, \
+             json_extract(value, '$.hostname') AS hostname, \
+             json_extract(value, '$.from_health') AS from_health, \
+             json_extract(value, '$.to_health') AS to_health, \
+             json_extract(value, '$.reason') AS reason, json_extract(value, '$.at') AS at \
+             FROM json_each(?)) AS v WHERE {}",
+            absent("h.instance IS v.instance")
         ),
     };
     json_statement(backend, &sql, &rows)

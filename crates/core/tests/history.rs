@@ -478,6 +478,55 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
     }
 }
 
+/// A flush retried after its commit went through (its answer timed out, so
+/// the aggregator kept its transitions and sends them again) writes each
+/// transition once, on every backend, with an instance or without; a
+/// transition of the same row at another time is written.
+#[tokio::test]
+async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
+    for db in overseer_testkit::all_backends().await {
+        Migrator::up(&db.conn, None).await.unwrap();
+        let session = Session::start("sched-1", "airflow");
+        storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
+            .await
+            .unwrap();
+        let at = storage_micros(Utc::now() - chrono::Duration::minutes(1));
+        let write = HistoryWrite {
+            transitions: vec![
+                old_transition(at, "broker down"),
+                Transition {
+                    instance: None,
+                    ..old_transition(at, "no instance")
+                },
+            ],
+            prune_before: None,
+        };
+        for _ in 0..2 {
+            storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            transitions(&db.conn).await,
+            write.transitions,
+            "{:?}",
+            db.backend
+        );
+
+        let later = HistoryWrite {
+            transitions: vec![old_transition(
+                at + chrono::Duration::seconds(1),
+                "down again",
+            )],
+            prune_before: None,
+        };
+        storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &later)
+            .await
+            .unwrap();
+        assert_eq!(transitions(&db.conn).await.len(), 3, "{:?}", db.backend);
+    }
+}
+
 fn storage_micros(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
     use chrono::Timelike;
     at.with_nanosecond(at.nanosecond() / 1_000 * 1_000).unwrap()
