@@ -413,6 +413,17 @@ async fn a_transition_made_while_postgres_is_down_is_in_the_history_when_it_retu
     db.close().await.unwrap();
 }
 
+/// Migrates `db` and registers one executor's row for a session of
+/// `sched-1`, which it returns.
+async fn one_executor_registered(db: &TestDb) -> Session {
+    Migrator::up(&db.conn, None).await.unwrap();
+    let session = Session::start("sched-1", "airflow");
+    storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
+        .await
+        .unwrap();
+    session
+}
+
 fn old_transition(at: chrono::DateTime<Utc>, reason: &str) -> Transition {
     Transition {
         executor: "CeleryExecutor".into(),
@@ -430,11 +441,7 @@ fn old_transition(at: chrono::DateTime<Utc>, reason: &str) -> Transition {
 #[tokio::test]
 async fn a_flush_prunes_transitions_older_than_the_retention() {
     for db in overseer_testkit::all_backends().await {
-        Migrator::up(&db.conn, None).await.unwrap();
-        let session = Session::start("sched-1", "airflow");
-        storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
-            .await
-            .unwrap();
+        let session = one_executor_registered(&db).await;
         let old = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
         let recent = Utc::now() - chrono::Duration::hours(1);
         let write = HistoryWrite {
@@ -485,11 +492,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
 #[tokio::test]
 async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
     for db in overseer_testkit::all_backends().await {
-        Migrator::up(&db.conn, None).await.unwrap();
-        let session = Session::start("sched-1", "airflow");
-        storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
-            .await
-            .unwrap();
+        let session = one_executor_registered(&db).await;
         let at = storage_micros(Utc::now() - chrono::Duration::minutes(1));
         let write = HistoryWrite {
             transitions: vec![
