@@ -107,24 +107,18 @@ pub async fn close_crashed(
     executors: &[ExecutorKey],
     now: DateTime<Utc>,
 ) -> Result<u64> {
-    let open: Vec<(i32, Option<String>, Option<String>)> = Job::find()
-        .select_only()
-        .column(Column::Id)
-        .column(Column::ExecutorClass)
-        .column(Column::ExecutorInstance)
-        .filter(Column::JobType.eq(JobType::ExecutorJob.as_str()))
-        .filter(Column::Hostname.eq(hostname))
-        .filter(Column::EndDate.is_null())
-        .into_tuple()
-        .all(db)
-        .await?;
+    let open = keyed_rows(
+        db,
+        Condition::all()
+            .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .add(Column::Hostname.eq(hostname))
+            .add(Column::EndDate.is_null()),
+    )
+    .await?;
     let wanted: std::collections::HashSet<&ExecutorKey> = executors.iter().collect();
     let crashed: Vec<i32> = open
         .into_iter()
-        .filter(|(_, class, instance)| {
-            wanted.contains(&(class.clone().unwrap_or_default(), instance.clone()))
-        })
-        .map(|(id, _, _)| id)
+        .filter_map(|(id, key)| wanted.contains(&key).then_some(id))
         .collect();
     let mut closed = 0;
     for chunk in crashed.chunks(ROWS_PER_STATEMENT) {
@@ -139,6 +133,28 @@ pub async fn close_crashed(
         closed += result.rows_affected;
     }
     Ok(closed)
+}
+
+/// The id and [`ExecutorKey`] of every row `which` selects, in id order: only
+/// the three columns that match rows to executors.
+async fn keyed_rows(
+    db: &impl ConnectionTrait,
+    which: Condition,
+) -> Result<Vec<(i32, ExecutorKey)>> {
+    let rows: Vec<(i32, Option<String>, Option<String>)> = Job::find()
+        .select_only()
+        .column(Column::Id)
+        .column(Column::ExecutorClass)
+        .column(Column::ExecutorInstance)
+        .filter(which)
+        .order_by(Column::Id, Order::Asc)
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, class, instance)| (id, (class.unwrap_or_default(), instance)))
+        .collect())
 }
 
 /// Inserts one `running` row per executor for this session and returns their
@@ -167,24 +183,13 @@ pub async fn register(
         });
         Job::insert_many(rows).exec_without_returning(db).await?;
     }
-    // Read the ids back (MySQL has no RETURNING), matching rows to executors:
-    // only the three columns that do it, each key's ids in id order.
-    let stored: Vec<(i32, Option<String>, Option<String>)> = Job::find()
-        .select_only()
-        .column(Column::Id)
-        .column(Column::ExecutorClass)
-        .column(Column::ExecutorInstance)
-        .filter(session.rows())
-        .order_by(Column::Id, Order::Asc)
-        .into_tuple()
-        .all(db)
-        .await?;
+    // Read the ids back (MySQL has no RETURNING), matching rows to executors,
+    // each key's ids in id order.
+    let stored = keyed_rows(db, session.rows()).await?;
     let mut ids: std::collections::HashMap<ExecutorKey, std::collections::VecDeque<i32>> =
         std::collections::HashMap::with_capacity(stored.len());
-    for (id, class, instance) in stored {
-        ids.entry((class.unwrap_or_default(), instance))
-            .or_default()
-            .push_back(id);
+    for (id, key) in stored {
+        ids.entry(key).or_default().push_back(id);
     }
     executors
         .iter()

@@ -719,17 +719,23 @@ impl Aggregator {
             return;
         }
         self.history_reading = true;
-        let db = self.db.clone();
-        let timeout = connect::full_read_timeout(self.settings.refresh_interval);
-        let read = in_task(&self.tasks, "history read", timeout, async move {
-            history::latest(&db).await
-        });
+        let read = self.latest_transitions();
         ctx.spawn(read.into_actor(self).map(|result, act, ctx| {
             act.history_reading = false;
             if act.history_read(result) {
                 act.publish_soon(ctx);
             }
         }));
+    }
+
+    /// The read of the history's latest transitions, started now as a task of
+    /// its own, with the full read's timeout.
+    fn latest_transitions(&self) -> impl Future<Output = crate::Result<Vec<Transition>>> + 'static {
+        let db = self.db.clone();
+        let timeout = connect::full_read_timeout(self.settings.refresh_interval);
+        in_task(&self.tasks, "history read", timeout, async move {
+            history::latest(&db).await
+        })
     }
 
     /// Takes a read of the history's latest transitions in, or records its
@@ -816,10 +822,7 @@ impl Aggregator {
         let (tasks, own_tasks) = (self.tasks.clone(), self.tasks.clone());
         // The first report waits for the history (at most its timeout), so that
         // this session's first transitions and the rows' `since` are in it.
-        let history_db = db.clone();
-        let history = in_task(&self.tasks, "history read", timeout, async move {
-            history::latest(&history_db).await
-        });
+        let history = self.latest_transitions();
         let read = async move {
             let (others, own) = (db.clone(), session.clone());
             let others = in_task(&tasks, "read", timeout, async move {
