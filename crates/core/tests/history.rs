@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use overseer_core::entity::{history as history_row, job};
 use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
 use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
 use overseer_core::storage::{self, HistoryWrite, Session};
-use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType};
+use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
@@ -226,14 +227,16 @@ async fn a_flip_is_recorded_with_its_verdict_on_mariadb() {
     }
 }
 
-/// Another host's row shows `since` and `previous` from the history, read at
-/// the next full read.
-#[tokio::test]
-async fn another_host_s_row_shows_since_from_the_history() {
-    let db = overseer_testkit::sqlite().await;
-    Migrator::up(&db.conn, None).await.unwrap();
+/// sched-1, its broker down, has written its transition, and sched-2, started
+/// beside it, shows sched-1's `since`: both overseers, sched-1's instance as
+/// sched-1 reports it, and that report of sched-2's.
+async fn sched_1_down_seen_from_sched_2(
+    db: &TestDb,
+    history: HistorySettings,
+) -> (Overseer, Overseer, ExecutorInstance, Arc<HealthReport>) {
     let check = Switch::new(ExecutorHealth::unhealthy("broker down"));
     let one = quick(&db.url, "sched-1")
+        .history(history)
         .executor(celery(&check))
         .start()
         .await
@@ -245,11 +248,26 @@ async fn another_host_s_row_shows_since_from_the_history() {
     let made = instance(&made, "sched-1").unwrap().clone();
     transitions_until(&db.conn, "the transition written", |t| t.len() == 1).await;
 
-    let two = quick(&db.url, "sched-2").start().await.unwrap();
+    let two = quick(&db.url, "sched-2")
+        .history(history)
+        .start()
+        .await
+        .unwrap();
     let seen = report_until(&two, "sched-1's since, seen from sched-2", |r| {
         instance(r, "sched-1").is_some_and(|i| i.since.is_some())
     })
     .await;
+    (one, two, made, seen)
+}
+
+/// Another host's row shows `since` and `previous` from the history, read at
+/// the next full read.
+#[tokio::test]
+async fn another_host_s_row_shows_since_from_the_history() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let (one, two, made, seen) =
+        sched_1_down_seen_from_sched_2(&db, HistorySettings::default()).await;
     let seen = instance(&seen, "sched-1").unwrap();
     assert_eq!(seen.since, made.since);
     assert_eq!(seen.previous, Some(ExecutorHealthKind::Unknown));
@@ -275,23 +293,7 @@ async fn a_history_slow_to_read_holds_up_neither_the_report_nor_the_metadatabase
         retention: Duration::ZERO,
         ..HistorySettings::default()
     };
-    let check = Switch::new(ExecutorHealth::unhealthy("broker down"));
-    let one = quick(&db.url, "sched-1")
-        .history(keep)
-        .executor(celery(&check))
-        .start()
-        .await
-        .unwrap();
-    transitions_until(&db.conn, "the transition written", |t| t.len() == 1).await;
-    let two = quick(&db.url, "sched-2")
-        .history(keep)
-        .start()
-        .await
-        .unwrap();
-    let before = report_until(&two, "sched-1's since, seen from sched-2", |r| {
-        instance(r, "sched-1").is_some_and(|i| i.since.is_some())
-    })
-    .await;
+    let (one, two, _, before) = sched_1_down_seen_from_sched_2(&db, keep).await;
     let since = instance(&before, "sched-1").unwrap().since;
 
     let locker = sea_orm::Database::connect(&db.url).await.unwrap();
