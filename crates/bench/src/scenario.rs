@@ -344,6 +344,12 @@ async fn scale(
         }
     }
     let wall = window.elapsed().as_secs_f64();
+    // (seconds, polls missed, ticks) from the first to the last round seen
+    // (each seen round adds at least one whole round of ticks).
+    let span = match (rounds.first(), rounds.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => Some((b.0 - a.0, b.1 - a.1, b.2 - a.2)),
+        _ => None,
+    };
     let cpu = system::own_cpu_seconds() - cpu_before;
     let written = system::bytes_written(pid).unwrap_or_default() - written_before;
     let flushes = stats.flushes.load(Ordering::Relaxed) - flushes_before;
@@ -383,21 +389,14 @@ async fn scale(
         // answered per executor per second (ticks less polls missed), the
         // ticks' own rate (1 when the supervisor's timer keeps time), and the
         // share of the polls due that were answered.
-        "polls_per_executor_per_s": match (rounds.first(), rounds.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                (b.2 - a.2).saturating_sub(b.1 - a.1) as f64 / (b.0 - a.0) / round as f64
-            }
-            _ => f64::NAN,
-        },
-        "ticks_per_s": match (rounds.first(), rounds.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) as f64 / (b.0 - a.0) / round as f64,
-            _ => f64::NAN,
-        },
-        "polls_answered_share": match (rounds.first(), rounds.last()) {
-            (Some(a), Some(b)) if b.2 > a.2 => {
-                (b.2 - a.2).saturating_sub(b.1 - a.1) as f64 / (b.2 - a.2) as f64
-            }
-            _ => f64::NAN,
-        },
+        "polls_per_executor_per_s": span.map_or(f64::NAN, |(seconds, missed, ticks)| {
+            ticks.saturating_sub(missed) as f64 / seconds / round as f64
+        }),
+        "ticks_per_s": span.map_or(f64::NAN, |(seconds, _, ticks)| {
+            ticks as f64 / seconds / round as f64
+        }),
+        "polls_answered_share": span.map_or(f64::NAN, |(_, missed, ticks)| {
+            ticks.saturating_sub(missed) as f64 / ticks as f64
+        }),
     }))
 }

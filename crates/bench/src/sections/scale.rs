@@ -35,6 +35,17 @@ struct Point {
 }
 
 impl Point {
+    fn new(backend: &'static str, executors: usize, flapping: usize) -> Self {
+        Self {
+            backend,
+            executors,
+            flapping,
+            runs: Vec::new(),
+            flush_bytes: Vec::new(),
+            read_bytes: Vec::new(),
+        }
+    }
+
     fn summary(&self, key: &str) -> Option<Summary> {
         Summary::of(
             &self
@@ -92,28 +103,18 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
             continue;
         }
         for &executors in &plan.scale_executors {
-            points.push(Point {
-                backend,
-                executors,
-                flapping: 0,
-                runs: Vec::new(),
-                flush_bytes: Vec::new(),
-                read_bytes: Vec::new(),
-            });
+            points.push(Point::new(backend, executors, 0));
         }
     }
     // Churn: the largest fleet on Postgres with some executors whose verdict
     // turns at every poll, their answers spread over the poll, so reports
     // are built all the time.
     if let (Some(_), Some(&executors)) = (&postgres, plan.scale_executors.iter().max()) {
-        points.push(Point {
-            backend: "Postgres",
+        points.push(Point::new(
+            "Postgres",
             executors,
-            flapping: (executors / 100).min(FLAPPING),
-            runs: Vec::new(),
-            flush_bytes: Vec::new(),
-            read_bytes: Vec::new(),
-        });
+            (executors / 100).min(FLAPPING),
+        ));
     }
     let deadline = Duration::from_secs_f64(plan.scale_warmup_s + plan.scale_seconds + 180.0);
     for run in 0..plan.runs {
@@ -265,13 +266,14 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
              own (0 to 0.4 s) and turn from `healthy` to `unhealthy` and back at every poll, so \
              verdicts come one by one all through each second, each asking for a new report. A \
              report of this fleet takes {} ms to build and render (median, read at each flush), \
-             and the next waits four times as long as the last took (`PUBLISH_SPACING`), so \
+             and the next waits {} times as long as the last took (`PUBLISH_SPACING`), so \
              building reports takes at most a fifth of the actors' thread: polls answered, {} \
              per executor per s.\n",
             num(p.executors as f64, 0),
             num(p.flapping as f64, 0),
             p.pooled("publish_ms")
                 .map_or("?".into(), |s| num(s.median, 1)),
+            overseer_core::actors::aggregator::PUBLISH_SPACING,
             p.summary("polls_per_executor_per_s")
                 .map_or("none".into(), |s| num(s.median, 2)),
         );
