@@ -7,6 +7,21 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+/// `ago` before `now`, for a cutoff the database compares: never earlier than
+/// the Unix epoch, which every backend stores (MySQL's `TIMESTAMP` starts there)
+/// and before which neither Airflow nor Overseer wrote a row. So no duration,
+/// however long, overflows the subtraction or the column (`now - Duration::MAX`
+/// panicked; a cutoff in the year -200000 was "timestamp out of range" on Postgres).
+pub fn before(now: DateTime<Utc>, ago: Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(ago)
+        .ok()
+        .and_then(|ago| now.checked_sub_signed(ago))
+        .filter(|cutoff| *cutoff > DateTime::UNIX_EPOCH)
+        .unwrap_or(DateTime::UNIX_EPOCH)
+}
+
 /// `1s`, `4.5s`, `800ms`: whole milliseconds under a second, else seconds to a
 /// tenth (rounded to the nearest; `1999ms` is `2s`), with no trailing `.0`.
 pub fn short(duration: Duration) -> String {
@@ -44,6 +59,23 @@ pub fn age(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cutoff_never_overflows_and_never_precedes_the_epoch() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(
+            before(now, Duration::from_secs(30)),
+            DateTime::from_timestamp(1_799_999_970, 0).unwrap()
+        );
+        for ago in [
+            Duration::MAX,
+            Duration::from_secs(u64::MAX / 2),
+            Duration::from_secs(200_000 * 31_557_600),
+            Duration::from_secs(1_800_000_000),
+        ] {
+            assert_eq!(before(now, ago), DateTime::UNIX_EPOCH, "{ago:?}");
+        }
+    }
 
     #[test]
     fn ages_read_in_minutes_and_hours() {

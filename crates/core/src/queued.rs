@@ -282,7 +282,7 @@ pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>) -> Str
         .iter()
         .enumerate()
         .map(|(i, limit)| {
-            let cutoff = now - chrono::Duration::from_std(*limit).unwrap_or(chrono::Duration::MAX);
+            let cutoff = crate::duration::before(now, *limit);
             format!(
                 ", COUNT(CASE WHEN queued_dttm <= {} THEN 1 END) AS overdue_{i}",
                 cutoff_literal(backend, cutoff)

@@ -63,8 +63,13 @@ impl Thresholds {
     /// that is longer. The rows of every supervisor on a database are judged by
     /// one threshold, so it must cover the slowest writer, not only this one:
     /// 30 s covers every heartbeat up to 14 s.
+    /// Saturates rather than overflows: `Duration::MAX` for a heartbeat too long
+    /// to multiply (configuration never gives one: it bounds the interval).
     pub fn executor_default(heartbeat_interval: Duration) -> Duration {
-        Self::COMPONENT_DEFAULT.max(heartbeat_interval.mul_f64(Self::GRACE_MULTIPLIER))
+        let graced =
+            Duration::try_from_secs_f64(heartbeat_interval.as_secs_f64() * Self::GRACE_MULTIPLIER)
+                .unwrap_or(Duration::MAX);
+        Self::COMPONENT_DEFAULT.max(graced)
     }
 
     /// The threshold for a job type.

@@ -540,7 +540,7 @@ async fn read_rows(
     let query = match rows {
         Rows::Live { except } => {
             read.full = true;
-            let since = now - chrono::Duration::from_std(horizon).unwrap_or(chrono::Duration::MAX);
+            let since = crate::duration::before(now, horizon);
             let mut query = Job::find()
                 .filter(Column::State.eq(JobState::Running.as_str()))
                 .filter(Column::EndDate.is_null())
