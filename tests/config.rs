@@ -296,6 +296,33 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             line: "error: invalid configuration: alerts[1].url (from environment variable OVERSEER_ALERTS): must be an http:// or https:// URL, not ftp://",
         },
         Case {
+            what: "an alert URL with no authority is named by its scheme alone",
+            toml: Some("[[alerts]]\nurl = \"javascript:alert(1)\"\n"),
+            env: &[],
+            line: "error: invalid configuration: alerts[0].url (from overseer.toml): must be an http:// or https:// URL, not javascript:",
+        },
+        Case {
+            what: "an alert's min_duration past its ceiling",
+            toml: Some("[[alerts]]\nurl = \"http://127.0.0.1:9/hook\"\nmin_duration = \"8days\"\n"),
+            env: &[],
+            line: "error: invalid configuration: alerts[0].min_duration (from overseer.toml): 8days is out of range: it must be from 0s to 7days",
+        },
+        Case {
+            what: "a spinning refresh interval",
+            toml: None,
+            env: &[("OVERSEER_SUPERVISOR__REFRESH_INTERVAL", "1ns")],
+            line: "error: invalid configuration: supervisor.refresh_interval (from environment variable OVERSEER_SUPERVISOR__REFRESH_INTERVAL): 1ns is out of range: it must be from 100ms to 1h",
+        },
+        Case {
+            what: "an Airflow threshold no duration holds",
+            toml: None,
+            env: &[(
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD",
+                "1e20",
+            )],
+            line: "error: invalid configuration: thresholds.scheduler (from environment variable AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD): 100000000000000000000 seconds is out of range: it must be from 1s to 7days",
+        },
+        Case {
             what: "no room for a single stream client",
             toml: None,
             env: &[("OVERSEER_API__MAX_STREAM_CLIENTS", "0")],

@@ -11,6 +11,7 @@ use std::time::Duration;
 use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
+use super::bounds::{self, Bounds};
 use super::executor::{ExecutorKind, ExecutorName};
 use super::{ConfigError, duration};
 
@@ -81,9 +82,10 @@ impl AirflowEnv {
             (DAG_PROCESSOR_THRESHOLD, "dag_processor"),
         ] {
             if let Some(text) = set(var) {
-                let threshold = parse_seconds(&text).map_err(|problem| {
-                    ConfigError::new(format!("thresholds.{key}"), env_var(var), problem)
-                })?;
+                let threshold = parse_seconds(&text, bounds::of(&format!("thresholds.{key}")))
+                    .map_err(|problem| {
+                        ConfigError::new(format!("thresholds.{key}"), env_var(var), problem)
+                    })?;
                 env.insert(
                     &["thresholds", key],
                     Value::from(duration::format(threshold)),
@@ -316,19 +318,21 @@ pub fn sqlalchemy_to_sea_orm(url: &str) -> Result<String, String> {
     }
 }
 
-/// Parses Airflow's thresholds: a number of seconds, integer or fractional.
-pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    text.trim()
+/// Parses Airflow's thresholds: a number of seconds, integer or fractional,
+/// within the `bounds` of the key it sets (`1e20` is refused, not converted).
+pub fn parse_seconds(text: &str, bounds: Bounds) -> Result<Duration, String> {
+    let seconds = text
+        .trim()
         .parse::<f64>()
         .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| {
-            format!(
-                "expected a positive number of seconds, got {:?}",
-                text.trim()
-            )
-        })
+        .filter(|s| s.is_finite() && *s > 0.0);
+    let Some(seconds) = seconds else {
+        return Err(format!(
+            "expected a positive number of seconds, got {:?}",
+            text.trim()
+        ));
+    };
+    bounds.seconds(seconds)
 }
 
 #[cfg(test)]
@@ -444,13 +448,23 @@ mod tests {
     }
 
     #[test]
-    fn thresholds_are_seconds() {
-        assert_eq!(parse_seconds("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_seconds("2.5").unwrap(), Duration::from_millis(2500));
+    fn thresholds_are_seconds_within_their_bounds() {
+        let bounds = super::bounds::of("thresholds.scheduler");
         assert_eq!(
-            parse_seconds("-1").unwrap_err(),
+            parse_seconds("30", bounds).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            parse_seconds("2.5", bounds).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            parse_seconds("-1", bounds).unwrap_err(),
             r#"expected a positive number of seconds, got "-1""#
         );
-        assert!(parse_seconds("30s").is_err());
+        assert!(parse_seconds("30s", bounds).is_err());
+        for text in ["1e20", "1e308", "inf", "nan", "0.5", "604801"] {
+            assert!(parse_seconds(text, bounds).is_err(), "{text}");
+        }
     }
 }

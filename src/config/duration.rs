@@ -6,7 +6,12 @@ use serde::{Deserializer, Serializer, de};
 
 /// Parses `10s`, `500ms`, `2m`; a bare number (no unit) is refused, being ambiguous.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|_| {
+    let trimmed = text.trim();
+    // `humantime` takes a bare `0` as zero; every other bare number it refuses.
+    if trimmed.parse::<f64>().is_ok() {
+        return Err(DurationVisitor::unitless_text(trimmed));
+    }
+    humantime::parse_duration(trimmed).map_err(|_| {
         format!("invalid duration {text:?}: expected a number and a unit, such as 10s or 500ms")
     })
 }
@@ -28,9 +33,11 @@ struct DurationVisitor;
 
 impl DurationVisitor {
     fn unitless<E: de::Error>(n: impl std::fmt::Display) -> E {
-        E::custom(format!(
-            "invalid duration {n}: a unit is needed, such as {n}s or {n}ms"
-        ))
+        E::custom(Self::unitless_text(n))
+    }
+
+    fn unitless_text(n: impl std::fmt::Display) -> String {
+        format!("invalid duration {n}: a unit is needed, such as {n}s or {n}ms")
     }
 }
 
@@ -72,6 +79,10 @@ mod tests {
             r#"invalid duration "ten": expected a number and a unit, such as 10s or 500ms"#
         );
         assert!(parse("10").is_err());
+        assert_eq!(
+            parse("0").unwrap_err(),
+            "invalid duration 0: a unit is needed, such as 0s or 0ms"
+        );
         assert_eq!(format(Duration::from_millis(1500)), "1s 500ms");
     }
 }

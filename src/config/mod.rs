@@ -15,8 +15,10 @@
 //! - [`airflow`]: Airflow's own environment as a layer.
 //! - [`executor`]: executor names as Airflow writes them.
 //! - [`duration`]: durations as configuration writes them (`10s`, `1m 30s`).
+//! - [`bounds`]: the floor and ceiling of every duration.
 
 pub mod airflow;
+pub mod bounds;
 pub mod duration;
 pub mod executor;
 

@@ -16,7 +16,7 @@ use super::executor::{ExecutorKind, ExecutorName};
 use super::layers::{describe, origin_of};
 use super::{
     AlertConfig, ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
-    SupervisorConfig, duration,
+    SupervisorConfig, bounds, duration,
 };
 use crate::secret::SecretUrl;
 
@@ -105,27 +105,34 @@ fn hostname(supervisor: &SupervisorConfig) -> Result<(), Problem> {
     Ok(())
 }
 
-/// Every duration, in `[supervisor]` and `[thresholds]`, is longer than zero.
+/// Every duration of `[supervisor]`, `[thresholds]` and `[history]` lies within
+/// its [`bounds`]: checked before anything computes with them (`thresholds.executor`
+/// multiplies `heartbeat_interval`, the aggregator subtracts thresholds from now).
 fn durations(config: &Config) -> Result<(), Problem> {
     let supervisor = &config.supervisor;
-    for (key, value) in [
-        ("supervisor.poll_interval", supervisor.poll_interval),
-        ("supervisor.poll_timeout", supervisor.poll_timeout),
+    let thresholds = &config.thresholds;
+    let set = [
+        ("supervisor.poll_interval", Some(supervisor.poll_interval)),
+        ("supervisor.poll_timeout", Some(supervisor.poll_timeout)),
         (
             "supervisor.heartbeat_interval",
-            supervisor.heartbeat_interval,
+            Some(supervisor.heartbeat_interval),
         ),
-        ("supervisor.refresh_interval", supervisor.refresh_interval),
-        ("thresholds.scheduler", config.thresholds.scheduler),
-        ("thresholds.triggerer", config.thresholds.triggerer),
-        ("thresholds.dag_processor", config.thresholds.dag_processor),
         (
-            "thresholds.executor",
-            config.thresholds.executor.unwrap_or(Duration::MAX),
+            "supervisor.refresh_interval",
+            Some(supervisor.refresh_interval),
         ),
-    ] {
-        if value.is_zero() {
-            return Err((key, "must be longer than zero".into()));
+        ("thresholds.scheduler", Some(thresholds.scheduler)),
+        ("thresholds.triggerer", Some(thresholds.triggerer)),
+        ("thresholds.dag_processor", Some(thresholds.dag_processor)),
+        ("thresholds.executor", thresholds.executor),
+        ("history.retention", Some(config.history.retention)),
+    ];
+    for (key, value) in set {
+        if let Some(value) = value {
+            bounds::of(key)
+                .check(value)
+                .map_err(|problem| (key, problem))?;
         }
     }
     Ok(())
@@ -283,6 +290,9 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
         (ExecutorKind::Unchecked | ExecutorKind::Edge, None) => {}
     }
     ssl(executor, name.kind())?;
+    bounds::of("executors[].max_queued_age")
+        .check(executor.max_queued_age)
+        .map_err(|problem| ("max_queued_age", problem))?;
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
         return Err((
             "queues",
@@ -389,16 +399,27 @@ fn alert(alert: &AlertConfig, earlier: &[AlertConfig]) -> Result<(), Problem> {
     let parsed = url::Url::parse(alert.url.expose_secret())
         .map_err(|e| ("url", format!("is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
+        // `ftp://host/...`, but `javascript:alert(1)` or `mailto:ops@...`: the
+        // scheme as it was written, `//` only where the URL had one.
+        let slashes = if parsed.cannot_be_a_base() { "" } else { "//" };
         return Err((
             "url",
             format!(
-                "must be an http:// or https:// URL, not {}://",
+                "must be an http:// or https:// URL, not {}:{slashes}",
                 scheme_for_display(parsed.scheme())
             ),
         ));
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(("url", "must name a host".into()));
+    }
+    for (field, value) in [
+        ("min_duration", alert.min_duration),
+        ("retry_for", alert.retry_for),
+    ] {
+        bounds::of(&format!("alerts[].{field}"))
+            .check(value)
+            .map_err(|problem| (field, problem))?;
     }
     if let Some(name) = &alert.name
         && name.trim().is_empty()
