@@ -145,16 +145,17 @@ fn check(
     database: &SecretUrl,
     poll_timeout: Duration,
 ) -> anyhow::Result<Executor> {
+    let name = config.name.to_string();
     if let Some(argv) = &config.check_command {
-        return overseer_checks::command::executor(&config.name, argv, poll_timeout)
+        return overseer_checks::command::executor(&name, argv, poll_timeout)
             .with_context(|| format!("executor {}: check_command", config.name));
     }
     if let Some(url) = &config.check_url {
         let cacert = config.check_cacert.as_deref().map(std::path::Path::new);
-        return overseer_checks::http::executor(&config.name, url, cacert, poll_timeout)
+        return overseer_checks::http::executor(&name, url, cacert, poll_timeout)
             .with_context(|| format!("executor {}: check_url", config.name));
     }
-    match (config.parsed_name().kind(), &config.broker_url) {
+    match (config.name.kind(), &config.broker_url) {
         (ExecutorKind::Celery, Some(broker)) => {
             let settings = overseer_celery::CheckSettings {
                 queues: config.queues.clone(),
@@ -164,16 +165,16 @@ fn check(
                 broker_use_ssl: config.broker_use_ssl(),
                 ..overseer_celery::CheckSettings::default()
             };
-            overseer_celery::executor_with(&config.name, broker, settings)
+            overseer_celery::executor_with(&name, broker, settings)
                 .with_context(|| format!("executor {}: broker_url", config.name))
         }
         (ExecutorKind::Edge, _) => Ok(overseer_checks::edge::executor(
-            &config.name,
+            &name,
             database,
             &config.queues,
             poll_timeout,
         )),
-        _ => Ok(Executor::unchecked(config.name.clone())),
+        _ => Ok(Executor::unchecked(name)),
     }
 }
 

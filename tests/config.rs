@@ -797,6 +797,9 @@ fn an_executor_name_longer_than_its_column_is_refused() {
     );
     assert!(!dir.path().join("overseer.db").exists());
 
+    // Names are parsed as each layer is read: a folder without that file, so
+    // Airflow's list is the only place the name is written.
+    let dir = workdir();
     let out = run(overseer(dir.path())
         .env("AIRFLOW__CORE__EXECUTOR", format!("{alias}:CeleryExecutor"))
         .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0")

@@ -7,11 +7,21 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// The executors Airflow 3 knows by their short name.
 pub const CORE_EXECUTORS: [&str; 3] = ["LocalExecutor", "CeleryExecutor", "KubernetesExecutor"];
 
-/// An executor name, split as Airflow splits it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The longest executor name (or `alias:Class`) the Jobs table's
+/// `executor_class` column, a `varchar(500)`, holds.
+pub const MAX_EXECUTOR_NAME: usize = 500;
+
+/// An executor name, split as Airflow splits it. Configuration holds names only
+/// in this form: parsed once, as they are read, so no later step meets a bad one.
+/// It is written back (`overseer config`, the rows' `executor_class`) as
+/// [`fmt::Display`] shows it: `alias:Class`, trimmed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ExecutorName {
     /// The alias before `:`, if any.
     pub alias: Option<String>,
@@ -55,6 +65,12 @@ impl FromStr for ExecutorName {
 
     fn from_str(entry: &str) -> Result<Self, String> {
         let entry = entry.trim();
+        let length = entry.chars().count();
+        if length > MAX_EXECUTOR_NAME {
+            return Err(format!(
+                "is {length} characters long; job.executor_class holds at most {MAX_EXECUTOR_NAME}"
+            ));
+        }
         let (alias, class) = match entry.split_once(':') {
             Some((alias, class)) => (Some(alias.trim()), class.trim()),
             None => (None, entry),
@@ -94,6 +110,20 @@ impl FromStr for ExecutorName {
             alias: alias.map(str::to_owned),
             class: class.to_owned(),
         })
+    }
+}
+
+impl TryFrom<String> for ExecutorName {
+    type Error = String;
+
+    fn try_from(entry: String) -> Result<Self, String> {
+        entry.parse()
+    }
+}
+
+impl From<ExecutorName> for String {
+    fn from(name: ExecutorName) -> Self {
+        name.to_string()
     }
 }
 

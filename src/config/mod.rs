@@ -39,9 +39,7 @@ use overseer_core::Thresholds;
 
 pub use errors::ConfigError;
 
-/// The longest executor name (or `alias:Class`) the Jobs table's
-/// `executor_class` column, a `varchar(500)`, holds.
-pub const MAX_EXECUTOR_NAME: usize = 500;
+pub use executor::MAX_EXECUTOR_NAME;
 
 /// The embedded default database: a SQLite file in the working folder, created if missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://overseer.db?mode=rwc";
@@ -225,7 +223,7 @@ impl Default for HistoryConfig {
 #[serde(deny_unknown_fields)]
 pub struct ExecutorConfig {
     /// As Airflow names it: `CeleryExecutor`, `alias:CeleryExecutor`, or a module path.
-    pub name: String,
+    pub name: ExecutorName,
     /// Celery only: the broker (Redis or RabbitMQ; `;` separates a failover list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_url: Option<SecretUrl>,
@@ -368,10 +366,10 @@ fn scrubbed_command<S: serde::Serializer>(
 }
 
 impl ExecutorConfig {
-    /// An entry with this name and every other setting at its default.
-    pub fn named(name: &str) -> Self {
+    /// An entry for this executor with every other setting at its default.
+    pub fn named(name: ExecutorName) -> Self {
         Self {
-            name: name.to_owned(),
+            name,
             broker_url: None,
             queues: default_queues(),
             worker_ping: false,
@@ -399,13 +397,6 @@ impl ExecutorConfig {
             keyfile: path(&self.ssl_key),
             check_hostname: None,
         })
-    }
-
-    /// The parsed name; valid once the configuration has loaded.
-    pub fn parsed_name(&self) -> ExecutorName {
-        self.name
-            .parse()
-            .expect("executor names are checked when loading")
     }
 }
 

@@ -12,11 +12,11 @@ use figment::Figment;
 use figment::value::Value;
 use overseer_core::Thresholds;
 
-use super::executor::{ExecutorKind, ExecutorName};
+use super::executor::ExecutorKind;
 use super::layers::{describe, origin_of};
 use super::{
-    AlertConfig, ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, MAX_EXECUTOR_NAME,
-    SupervisorConfig, bounds, duration,
+    AlertConfig, ApiConfig, Config, ConfigError, DatabaseConfig, ExecutorConfig, SupervisorConfig,
+    bounds, duration,
 };
 use crate::secret::SecretUrl;
 
@@ -251,23 +251,11 @@ fn poll_timeout(supervisor: &SupervisorConfig, figment: &Figment) -> Result<(), 
 /// One `[[executors]]` entry, after the `earlier` ones; the problem names a field
 /// of the entry (`name`, `broker_url`, ...).
 fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(), Problem> {
-    if executor.name.chars().count() > MAX_EXECUTOR_NAME {
+    let name = &executor.name;
+    if earlier.iter().any(|e| e.name == *name) {
         return Err((
             "name",
-            format!(
-                "is {} characters long; job.executor_class holds at most {MAX_EXECUTOR_NAME}",
-                executor.name.chars().count()
-            ),
-        ));
-    }
-    let name = executor
-        .name
-        .parse::<ExecutorName>()
-        .map_err(|problem| ("name", problem))?;
-    if earlier.iter().any(|e| e.name == executor.name) {
-        return Err((
-            "name",
-            format!("executor {:?} is configured twice", executor.name),
+            format!("executor {:?} is configured twice", name.to_string()),
         ));
     }
     checks(executor, name.kind())?;
