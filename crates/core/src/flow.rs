@@ -13,6 +13,12 @@
 //! | a queue with messages and no consumer | it stayed so for the limit | `queue gpu: 4 messages waiting and no worker consumes it (for 5m)` |
 //! | a queue with messages whose depth never went down | for the limit, consumers or not known | `queue default: 120 messages waiting, none taken in 5m, 2 consumers` |
 //!
+//! Evidence survives a poll that could not see (a timeout, a broker that did
+//! not answer, a depth or a consumer count that could not be read): what was
+//! known stays as it was, the clocks keep running, and every queue is judged on
+//! the evidence kept, so a continuing fault never reads healthy in between.
+//! Unknown is neither zero nor a fresh start.
+//!
 //! An empty queue is never a finding (workers scaled to zero by an autoscaler
 //! are fine while nothing waits). Findings combine with the check's verdict:
 //! - the check says `unhealthy`: it stays so, the findings appended to its reason;
@@ -49,7 +55,10 @@ pub struct FlowWatch {
 /// One queue's history: since when it made progress, since when nobody consumes it.
 #[derive(Debug, Clone, Copy)]
 struct QueueHistory {
+    /// The depth last read.
     depth: u64,
+    /// The consumers last reported with it (`None`: not known then).
+    consumers: Option<u32>,
     /// The last poll that found it empty or shallower than the one before
     /// (or first saw it).
     progress_at: Instant,
@@ -100,71 +109,110 @@ impl FlowWatch {
     }
 
     /// Updates each queue's history and says which ones stopped moving.
+    ///
+    /// Evidence survives a poll that could not see: a queue missing from this
+    /// observation (a poll that failed, a broker that did not answer) or whose
+    /// depth could not be read keeps its history as it was, and consumers not
+    /// known (`None`) neither start nor stop the no-consumer clock. The rules
+    /// then judge every queue on the evidence kept, seen this time or not: a
+    /// fault that continues through a blind poll goes on being reported from
+    /// the clock it had, never from a fresh start, and never as healthy.
     fn queue_findings(
         &mut self,
         queues: &[QueueDetail],
         max_age: Duration,
         now: Instant,
     ) -> Vec<String> {
-        let several_brokers = queues.iter().any(|q| q.broker != queues[0].broker);
-        let mut seen = HashMap::with_capacity(queues.len());
-        let mut findings = Vec::new();
+        // The queues seen now in the order the check gave them, then those it
+        // did not report, in a stable order.
+        let mut order: Vec<(String, String)> = Vec::with_capacity(self.queues.len());
         for queue in queues {
             let key = (queue.broker.clone(), queue.name.clone());
-            let Some(depth) = queue.depth else {
-                if let Some(history) = self.queues.remove(&key) {
-                    seen.insert(key, history);
-                }
-                continue;
-            };
-            let mut history = self.queues.remove(&key).unwrap_or(QueueHistory {
-                depth,
-                progress_at: now,
-                unconsumed_since: None,
-            });
-            if depth == 0 || depth < history.depth {
-                history.progress_at = now;
+            if !order.contains(&key) {
+                order.push(key.clone());
             }
-            history.depth = depth;
-            let unconsumed = depth > 0 && queue.consumers == Some(0);
-            history.unconsumed_since = if unconsumed {
-                Some(history.unconsumed_since.unwrap_or(now))
-            } else {
-                None
-            };
-            if !max_age.is_zero() {
-                let name = if several_brokers {
-                    format!("queue {} on {}", queue.name, queue.broker)
-                } else {
-                    format!("queue {}", queue.name)
-                };
-                if let Some(since) = history.unconsumed_since {
-                    let held = now.saturating_duration_since(since);
-                    if held >= max_age {
-                        findings.push(format!(
-                            "{name}: {} waiting and no worker consumes it (for {})",
-                            messages(depth),
-                            duration::age(held)
-                        ));
-                    }
-                } else if depth > 0 && now.saturating_duration_since(history.progress_at) >= max_age
-                {
-                    let consumers = match queue.consumers {
-                        Some(n) => format!(", {n} consumer{}", plural(u64::from(n))),
-                        None => String::new(),
-                    };
-                    findings.push(format!(
-                        "{name}: {} waiting, none taken in {}{consumers}",
-                        messages(depth),
-                        duration::age(max_age)
-                    ));
-                }
+            if let Some(depth) = queue.depth {
+                self.observe(key, depth, queue.consumers, now);
             }
-            seen.insert(key, history);
         }
-        // Queues no longer reported (a broker that stopped answering) start afresh.
-        self.queues = seen;
-        findings
+        let mut unseen: Vec<_> = self
+            .queues
+            .keys()
+            .filter(|key| !order.contains(key))
+            .cloned()
+            .collect();
+        unseen.sort();
+        order.extend(unseen);
+        if max_age.is_zero() {
+            return Vec::new();
+        }
+        let several_brokers = order.iter().any(|(broker, _)| *broker != order[0].0);
+        order
+            .iter()
+            .filter_map(|key| {
+                let history = self.queues.get(key)?;
+                let (broker, queue) = key;
+                let name = if several_brokers {
+                    format!("queue {queue} on {broker}")
+                } else {
+                    format!("queue {queue}")
+                };
+                history.finding(&name, max_age, now)
+            })
+            .collect()
+    }
+
+    /// A sighting of one queue: its depth, and its consumers when known.
+    fn observe(&mut self, key: (String, String), depth: u64, consumers: Option<u32>, now: Instant) {
+        let history = self.queues.entry(key).or_insert(QueueHistory {
+            depth,
+            consumers,
+            progress_at: now,
+            unconsumed_since: None,
+        });
+        if depth == 0 || depth < history.depth {
+            history.progress_at = now;
+        }
+        history.depth = depth;
+        history.consumers = consumers;
+        history.unconsumed_since = match (depth, consumers) {
+            (0, _) | (_, Some(1..)) => None,
+            (_, Some(0)) => Some(history.unconsumed_since.unwrap_or(now)),
+            // Consumers not known: the clock keeps what it had.
+            (_, None) => history.unconsumed_since,
+        };
+    }
+}
+
+impl QueueHistory {
+    /// What is wrong with the queue at `now`, on the evidence kept. Both rules
+    /// are asked every time: a no-consumer clock younger than the limit does not
+    /// hide a queue that has taken nothing for longer (consumers unknown for
+    /// minutes, then seen to be zero).
+    fn finding(&self, name: &str, max_age: Duration, now: Instant) -> Option<String> {
+        let unconsumed_for = self
+            .unconsumed_since
+            .map(|since| now.saturating_duration_since(since))
+            .filter(|held| *held >= max_age);
+        if let Some(held) = unconsumed_for {
+            return Some(format!(
+                "{name}: {} waiting and no worker consumes it (for {})",
+                messages(self.depth),
+                duration::age(held)
+            ));
+        }
+        if self.depth > 0 && now.saturating_duration_since(self.progress_at) >= max_age {
+            let consumers = match self.consumers {
+                Some(n) => format!(", {n} consumer{}", plural(u64::from(n))),
+                None => String::new(),
+            };
+            return Some(format!(
+                "{name}: {} waiting, none taken in {}{consumers}",
+                messages(self.depth),
+                duration::age(max_age)
+            ));
+        }
+        None
     }
 }
 

@@ -345,3 +345,136 @@ fn rules_off_still_show_the_evidence() {
     let judged = watch.judge(ExecutorHealth::Healthy.into(), None, LIMIT, start);
     assert_eq!(judged, Observation::from(ExecutorHealth::Healthy));
 }
+
+/// One poll of a sequence: the queue as seen, or a poll that saw nothing of it
+/// (timed out, or the broker did not answer: the check's verdict is unhealthy
+/// and carries no queue).
+#[derive(Clone, Copy)]
+enum Poll {
+    Seen(Option<u64>, Option<u32>),
+    Blind,
+}
+
+/// The verdicts of a sequence of polls a minute apart (limit 5m), and the first
+/// poll from which every verdict is unhealthy (`None`: never, or it flickered
+/// back to healthy at the end).
+fn sequence(polls: &[Poll]) -> (Vec<ExecutorHealth>, Option<usize>) {
+    let start = Instant::now();
+    let mut watch = FlowWatch::default();
+    let verdicts: Vec<ExecutorHealth> = polls
+        .iter()
+        .enumerate()
+        .map(|(minute, poll)| {
+            let at = start + Duration::from_secs(60 * minute as u64);
+            let observation = match *poll {
+                Poll::Seen(depth, consumers) => with_queues(
+                    ExecutorHealth::Healthy,
+                    vec![queue("gpu", depth, consumers)],
+                ),
+                Poll::Blind => unhealthy("no reply within 500ms").into(),
+            };
+            watch.judge(observation, None, LIMIT, at).health
+        })
+        .collect();
+    let healthy_after = verdicts
+        .iter()
+        .rposition(|v| *v == ExecutorHealth::Healthy)
+        .map_or(0, |last| last + 1);
+    let held = (healthy_after < verdicts.len()).then_some(healthy_after);
+    (verdicts, held)
+}
+
+#[test]
+fn a_continuing_fault_never_reads_healthy_between_polls_that_could_not_see() {
+    use Poll::{Blind, Seen};
+    let waiting = |consumers| Seen(Some(4), consumers);
+    // (case, polls, the first poll from which every verdict is unhealthy)
+    let cases: Vec<(&str, Vec<Poll>, Option<usize>)> = vec![
+        (
+            "consumers unknown, unknown, zero, unknown: the none-taken clock runs on",
+            [
+                vec![waiting(None); 6],
+                vec![waiting(Some(0))],
+                vec![waiting(None); 8],
+            ]
+            .concat(),
+            Some(5),
+        ),
+        (
+            "null-null-zero-null with the worker frozen throughout",
+            [
+                vec![
+                    waiting(None),
+                    waiting(None),
+                    waiting(Some(0)),
+                    waiting(None),
+                ],
+                vec![waiting(None); 8],
+            ]
+            .concat(),
+            Some(5),
+        ),
+        (
+            "consumers unknown, then zero for good",
+            [vec![waiting(None); 6], vec![waiting(Some(0)); 8]].concat(),
+            Some(5),
+        ),
+        (
+            "a timeout in the middle of an outage keeps the clock",
+            [
+                vec![waiting(Some(0)); 6],
+                vec![Blind, Blind],
+                vec![waiting(Some(0)); 6],
+            ]
+            .concat(),
+            Some(5),
+        ),
+        (
+            "timeouts before the limit: the clock started at the first sight",
+            [
+                vec![waiting(Some(0)); 3],
+                vec![Blind, Blind],
+                vec![waiting(Some(0)); 4],
+            ]
+            .concat(),
+            Some(3),
+        ),
+        (
+            "depths that could not be read across the limit: judged on the last one read",
+            [
+                vec![waiting(Some(2)); 3],
+                vec![Seen(None, None); 3],
+                vec![waiting(Some(2)); 3],
+            ]
+            .concat(),
+            Some(5),
+        ),
+        (
+            "a consumer that came back ends it",
+            [vec![waiting(Some(0)); 6], vec![Seen(Some(0), Some(1)); 3]].concat(),
+            None,
+        ),
+    ];
+    for (case, polls, first_unhealthy) in cases {
+        let (verdicts, held) = sequence(&polls);
+        assert_eq!(held, first_unhealthy, "{case}: {verdicts:#?}");
+    }
+}
+
+#[test]
+fn a_blind_poll_shows_the_check_s_reason_and_the_finding_of_the_clock_it_kept() {
+    use Poll::{Blind, Seen};
+    let (verdicts, _) = sequence(&[
+        Seen(Some(4), Some(0)),
+        Blind,
+        Blind,
+        Blind,
+        Blind,
+        Seen(Some(4), Some(0)),
+    ]);
+    assert_eq!(verdicts[1], unhealthy("no reply within 500ms"));
+    assert_eq!(
+        verdicts[5],
+        unhealthy("queue gpu: 4 messages waiting and no worker consumes it (for 5m)")
+    );
+}
