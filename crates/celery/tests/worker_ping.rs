@@ -1,6 +1,8 @@
 //! Celery's remote-control ping against a real Celery 5.5.3 worker, on Redis and on
 //! RabbitMQ: the worker's node name comes back; once it is stopped, `min_workers = 1`
 //! turns the verdict `unhealthy`; and no reply key, binding or queue is left behind.
+//! A frozen worker (SIGSTOP) is reported as a worker that did not answer, never
+//! as the broker that stopped answering.
 //!
 //! Each test gives its worker a control exchange of its own (Celery's
 //! `control_exchange`), so parallel tests never hear each other's workers.
@@ -151,4 +153,47 @@ async fn rabbitmq_ping_hears_the_worker_and_notices_when_it_is_gone() {
             .exchange_delete(name.as_str().into(), ExchangeDeleteOptions::default())
             .await;
     }
+}
+
+/// Pings a frozen worker (SIGSTOP: its pidbox subscription stays, so the broker
+/// counts it as listening) `POLLS` times on `url`: every verdict is that the
+/// worker did not answer, none that the broker stopped answering.
+async fn a_frozen_worker_is_blamed_and_never_the_broker(url: &str) {
+    const POLLS: usize = 5;
+    let Some(venv) = support::venv() else { return };
+    let exchange = support::unique_name("overseer-ce");
+    let queue = support::unique_name("overseer-ping");
+    let mut worker = Worker::start(&venv, url, &exchange, &queue);
+    let check = check(url, &exchange, &queue);
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+
+    worker.signal("STOP");
+    let mut verdicts = Vec::with_capacity(POLLS);
+    for _ in 0..POLLS {
+        verdicts.push(poll(&check).await.0);
+    }
+    worker.signal("CONT");
+    worker.stop();
+    let expected = ExecutorHealth::unhealthy("0 of at least 1 workers answered ping within 1s");
+    assert!(
+        verdicts.iter().all(|v| *v == expected),
+        "a frozen worker, polled {POLLS} times: {verdicts:#?}"
+    );
+}
+
+#[tokio::test]
+async fn redis_a_frozen_worker_is_never_taken_for_a_broker_that_stopped_answering() {
+    if !support::redis_up() {
+        return;
+    }
+    a_frozen_worker_is_blamed_and_never_the_broker(support::REDIS_URL).await;
+}
+
+#[tokio::test]
+async fn rabbitmq_a_frozen_worker_is_never_taken_for_a_broker_that_stopped_answering() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    a_frozen_worker_is_blamed_and_never_the_broker(support::RABBITMQ_URL).await;
 }
