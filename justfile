@@ -27,6 +27,10 @@ bench *ARGS:
     command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
     cargo run --release -p overseer-bench -- {{ARGS}}
 
+# Build the Debian package (target/debian/overseer_<version>-1_<arch>.deb; `cargo install cargo-deb` first).
+deb:
+    cargo deb -p overseer --locked
+
 # Everything CI runs, services included: the same script CI uses.
 ci:
     bash .ci/run

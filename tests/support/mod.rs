@@ -65,9 +65,14 @@ impl Serving {
     /// Starts `serve --bind 127.0.0.1:0` (a free port of its own) and waits until
     /// it says it runs.
     pub fn start(command: &mut Command) -> Self {
+        Self::attach(command.args(["serve", "--bind", "127.0.0.1:0"]))
+    }
+
+    /// Starts `command`, a `serve` with its arguments as given (its address from
+    /// its configuration), and waits until it says it runs.
+    pub fn attach(command: &mut Command) -> Self {
         use std::io::BufRead;
         let mut child = command
-            .args(["serve", "--bind", "127.0.0.1:0"])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("overseer serve starts");
