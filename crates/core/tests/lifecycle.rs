@@ -359,6 +359,71 @@ async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_re
     db.close().await.unwrap();
 }
 
+/// Recovery is as quick as failure: the job table of a Postgres of the
+/// test's own is made unreadable (renamed away) long enough for the reads'
+/// back-off to grow (eight failed reads: before, it doubled to 12.8 s by
+/// then), then given back. `metadatabase` is healthy again within the reads'
+/// back-off ceiling (two refreshes) and one read's timeout, not after the
+/// back-off the outage built up. Every read and write fails at once while the
+/// table is away, so the back-off alone spaces the attempts.
+#[tokio::test]
+async fn after_an_outage_metadatabase_is_healthy_within_a_refresh_or_two_of_the_database_return() {
+    use overseer_core::actors::aggregator::{PUBLISH_DELAY, read_backoff_ceiling};
+    use overseer_core::connect::full_read_timeout;
+
+    let Some(server) = migrated_throwaway_postgres().await else {
+        return;
+    };
+    let refresh = Duration::from_millis(100);
+    let overseer = quick(&server.url(), "sched-1")
+        .refresh_interval(refresh)
+        .executor(
+            Executor::new("CeleryExecutor", Switch::new(ExecutorHealth::Healthy))
+                .with_instance("redis://broker:6379/0"),
+        )
+        .start()
+        .await
+        .unwrap();
+    report_until(&overseer, "metadatabase healthy before the outage", |r| {
+        r.metadatabase == Status::Healthy && r.executor.is_some()
+    })
+    .await;
+
+    let admin = sea_orm::Database::connect(server.url()).await.unwrap();
+    admin
+        .execute_unprepared("ALTER TABLE job RENAME TO job_away")
+        .await
+        .unwrap();
+    let stats = overseer.aggregator_stats();
+    let failed = stats.refresh_failures.load(Ordering::Relaxed);
+    until("eight reads failed during the outage", || {
+        stats.refresh_failures.load(Ordering::Relaxed) >= failed + 8
+    })
+    .await;
+    assert_eq!(overseer.report().metadatabase, Status::Unhealthy);
+
+    admin
+        .execute_unprepared("ALTER TABLE job_away RENAME TO job")
+        .await
+        .unwrap();
+    let back = std::time::Instant::now();
+    report_until(&overseer, "metadatabase healthy after the outage", |r| {
+        r.metadatabase == Status::Healthy
+    })
+    .await;
+    let took = back.elapsed();
+    // The last read may have failed just before the table came back: the next
+    // waits at most the ceiling, and takes at most a full read's timeout.
+    let bound = read_backoff_ceiling(refresh) + full_read_timeout(refresh) + PUBLISH_DELAY;
+    assert!(
+        took <= bound,
+        "metadatabase healthy {took:?} after the database answered again; \
+         the settings bound it to {bound:?}"
+    );
+    overseer.shutdown().await.unwrap();
+    admin.close().await.unwrap();
+}
+
 /// An embedder's check that quotes its URL, password and all, in its reason and
 /// instance: the row and the report show neither password.
 #[tokio::test]

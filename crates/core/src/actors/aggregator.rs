@@ -24,6 +24,12 @@
 //!   timeout, not after the pool's 10 s. The aggregator keeps every verdict,
 //!   logs once per outage, retries with back-off, and writes the latest
 //!   verdicts when the database returns.
+//! - **Recovery as quick as failure.** Back-off only spaces attempts while the
+//!   database is down. Reads back off to at most [`read_backoff_ceiling`] (two
+//!   refreshes), so `metadatabase` is healthy again within a refresh or two of
+//!   the database's return; and either kind of work that succeeds proves the
+//!   database is back, so the other, if it was backing off, is tried at once
+//!   (a write that goes through brings a read at once, and the reverse).
 //! - **History.** A new verdict whose state (`healthy`, `unhealthy`,
 //!   `unknown`; not its reason) differs from the one the history holds for the
 //!   row queues a transition ([`crate::history`]); the next flush inserts the
@@ -64,8 +70,17 @@ use crate::storage::{self, ExecutorKey, HistoryWrite, RowsRead, Session, Verdict
 
 use super::supervisor::NewVerdict;
 
-/// The longest wait between two write attempts while the database is down.
+/// The longest wait between two write attempts while the database is down
+/// (and nothing else succeeds: a read that does ends the wait at once).
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The longest wait between two read attempts while the database is down: two
+/// refreshes (within [`MAX_RETRY_BACKOFF`]). A read costs no more than the
+/// refresh it stands for, and `metadatabase` must not stay unhealthy for long
+/// once the database is back, so reads never back off further than this.
+pub fn read_backoff_ceiling(refresh_interval: Duration) -> Duration {
+    (refresh_interval * 2).min(MAX_RETRY_BACKOFF)
+}
 
 /// How long after a verdict changes the report that shows it is published.
 /// Verdicts that change together (a broker that serves many executors dies)
@@ -249,15 +264,13 @@ impl Outage {
         self.next_attempt.is_none_or(|at| Instant::now() >= at)
     }
 
-    /// Records a failure; true the first time in an outage (log it then only).
-    fn failed(&mut self, base: Duration) -> bool {
+    /// Records a failure: the next attempt waits `base` the first time, then
+    /// twice as long each time, up to `ceiling`. True the first time in an
+    /// outage (log it then only).
+    fn failed(&mut self, base: Duration, ceiling: Duration) -> bool {
         let first = self.since.is_none();
         self.since.get_or_insert_with(Instant::now);
-        self.backoff = if first {
-            base
-        } else {
-            (self.backoff * 2).min(MAX_RETRY_BACKOFF)
-        };
+        self.backoff = (self.backoff * 2).clamp(base, ceiling.max(base));
         self.next_attempt = Some(Instant::now() + self.backoff);
         first
     }
@@ -265,7 +278,17 @@ impl Outage {
     /// Records a success; the outage's length if one just ended.
     fn succeeded(&mut self) -> Option<Duration> {
         self.next_attempt = None;
+        self.backoff = Duration::ZERO;
         self.since.take().map(|since| since.elapsed())
+    }
+
+    /// The other kind of work just succeeded, so the database is back: the
+    /// back-off ends, and the next attempt may be made at once. True when this
+    /// kind was in an outage (then make that attempt now).
+    fn database_back(&mut self) -> bool {
+        self.next_attempt = None;
+        self.backoff = Duration::ZERO;
+        self.since.is_some()
     }
 }
 
@@ -600,11 +623,16 @@ impl Aggregator {
         let write = in_task(&tasks, "write", timeout, async move {
             storage::flush_with_history(&db, &session, now, &verdicts, &history).await
         });
-        ctx.spawn(write.into_actor(self).map(move |result, act, _| {
+        ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             act.flushing = false;
-            act.flushed(pending, written, result, started.elapsed());
+            let back = act.flushed(pending, written, result, started.elapsed());
             if let Some(waiter) = act.flush_waiter.take() {
                 let _ = waiter.send(());
+            }
+            // Writes went through again: the database is back, so reads that
+            // were backing off are tried at once, not at the end of their back-off.
+            if back && act.reads.database_back() {
+                act.refresh(ctx);
             }
         }));
     }
@@ -612,13 +640,14 @@ impl Aggregator {
     /// Takes a flush's result: on success the verdicts and transitions it
     /// wrote are done (`written`: the last transition's sequence number,
     /// how many, and whether it pruned); on failure all stay for the next.
+    /// True when it ended an outage of writes.
     fn flushed(
         &mut self,
         pending: Vec<(usize, u64, VerdictRow)>,
         written: (Option<u64>, usize, bool),
         result: crate::Result<usize>,
         took: Duration,
-    ) {
+    ) -> bool {
         match result {
             Ok(statements) => {
                 for (index, version, _) in &pending {
@@ -649,21 +678,27 @@ impl Aggregator {
                     u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
                     Ordering::Relaxed,
                 );
-                if let Some(outage) = self.writes.succeeded() {
+                let ended = self.writes.succeeded();
+                if let Some(outage) = ended {
                     tracing::info!(
                         after = ?outage,
                         verdicts = pending.len(),
                         "the database is back; latest verdicts written"
                     );
                 }
+                ended.is_some()
             }
             Err(e) => {
                 self.stats.flush_failures.fetch_add(1, Ordering::Relaxed);
-                if self.writes.failed(self.settings.heartbeat_interval) {
+                if self
+                    .writes
+                    .failed(self.settings.heartbeat_interval, MAX_RETRY_BACKOFF)
+                {
                     tracing::error!(error = %e, "cannot write to the database; keeping verdicts and retrying");
                 } else {
                     tracing::debug!(error = %e, "write retry failed");
                 }
+                false
             }
         }
     }
@@ -696,11 +731,16 @@ impl Aggregator {
         ctx.spawn(read.into_actor(self).map(move |result, act, ctx| {
             act.refreshing = false;
             let full = matches!(&result, Ok(read) if read.full);
-            act.read(result, started);
+            let back = act.read(result, started);
             if full {
                 act.read_history(ctx);
             }
             act.publish_soon(ctx);
+            // Reads went through again: the database is back, so writes that
+            // were backing off are made at once (a heartbeat, every verdict held).
+            if back && act.writes.database_back() {
+                act.heartbeat(ctx);
+            }
         }));
     }
 
@@ -762,8 +802,9 @@ impl Aggregator {
         }
     }
 
-    /// Takes a read's rows in, or records its failure.
-    fn read(&mut self, result: crate::Result<RowsRead>, started: DateTime<Utc>) {
+    /// Takes a read's rows in, or records its failure. True when it ended an
+    /// outage of reads.
+    fn read(&mut self, result: crate::Result<RowsRead>, started: DateTime<Utc>) -> bool {
         match result {
             Ok(read) => {
                 let stats = &self.stats;
@@ -794,16 +835,20 @@ impl Aggregator {
                     .retain(|_, row| row.latest_heartbeat.is_some_and(|h| started - h < horizon));
                 self.read_since = Some(started);
                 self.metadatabase_ok = true;
-                if let Some(outage) = self.reads.succeeded() {
+                let ended = self.reads.succeeded();
+                if let Some(outage) = ended {
                     tracing::info!(after = ?outage, "the database answers reads again");
                 }
+                ended.is_some()
             }
             Err(e) => {
                 self.stats.refresh_failures.fetch_add(1, Ordering::Relaxed);
                 self.metadatabase_ok = false;
-                if self.reads.failed(self.settings.refresh_interval) {
+                let refresh = self.settings.refresh_interval;
+                if self.reads.failed(refresh, read_backoff_ceiling(refresh)) {
                     tracing::error!(error = %e, "cannot read the job table; reporting metadatabase unhealthy");
                 }
+                false
             }
         }
     }
