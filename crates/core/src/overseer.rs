@@ -34,7 +34,7 @@ use sea_orm::Database;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use crate::actors::aggregator::{AggregatorSettings, AggregatorStats};
+use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, UnwrittenTransitions};
 use crate::actors::{
     Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
 };
@@ -320,6 +320,7 @@ async fn start_actors(
     let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();
     let stats_for_restarts = aggregator_stats.clone();
+    let unwritten = Arc::new(UnwrittenTransitions::default());
     let make_aggregator = move || {
         Aggregator::new(
             db.clone(),
@@ -328,6 +329,7 @@ async fn start_actors(
             rows.clone(),
             reports_tx.clone(),
             aggregator_stats.clone(),
+            unwritten.clone(),
         )
     };
 

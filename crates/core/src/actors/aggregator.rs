@@ -34,7 +34,9 @@
 //!   `unknown`; not its reason) differs from the one the history holds for the
 //!   row queues a transition ([`crate::history`]); the next flush inserts the
 //!   queue in the verdict's own transaction, and a failed flush keeps it (at
-//!   most [`history::MAX_PENDING`]). After each full read the history's
+//!   most [`history::MAX_PENDING`]). The queue is [`UnwrittenTransitions`],
+//!   kept by the actors' thread: an aggregator that stops or panics leaves it
+//!   to the one started in its place, which writes it. After each full read the history's
 //!   latest transitions are read apart, with a timeout of their own, so a
 //!   history slow to read holds up neither the report nor `metadatabase`: the
 //!   first gives the state the history holds for this session's rows (so
@@ -48,8 +50,8 @@
 //!   table (or, when the table cannot be read, from the last published report).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -292,6 +294,30 @@ impl Outage {
     }
 }
 
+/// The transitions queued for the history and not yet written, oldest first,
+/// each with its sequence number. Made by the actors' thread and handed to
+/// every aggregator it starts, as the report's channel is: so it outlives an
+/// aggregator that stops or panics, and the one started in its place writes
+/// what it had queued. Only the aggregator running uses it.
+#[derive(Debug, Default)]
+pub struct UnwrittenTransitions(Mutex<TransitionQueue>);
+
+#[derive(Debug, Default)]
+struct TransitionQueue {
+    /// Oldest first, each with its sequence number.
+    queued: VecDeque<(u64, Transition)>,
+    /// The sequence number of the next transition queued.
+    next: u64,
+}
+
+impl UnwrittenTransitions {
+    /// The queue. An aggregator that panicked never held the lock then (no
+    /// code that may panic runs under it), so a poisoned lock is taken as is.
+    fn lock(&self) -> MutexGuard<'_, TransitionQueue> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// What the first read of an aggregator brings: the other rows, and, after a
 /// restart, this session's rows as the table holds them (their verdicts).
 type FirstRead = (
@@ -347,10 +373,9 @@ pub struct Aggregator {
     writes: Outage,
     reads: Outage,
     stats: Arc<AggregatorStats>,
-    /// Transitions not yet written, each with its sequence number, oldest first.
-    transitions: VecDeque<(u64, Transition)>,
-    /// The sequence number of the next transition queued.
-    next_transition: u64,
+    /// Transitions not yet written: kept by the actors' thread, so that the
+    /// aggregator started after this one writes what this one could not.
+    unwritten: Arc<UnwrittenTransitions>,
     /// When the history was last pruned (`None`: not yet by this aggregator).
     last_prune: Option<Instant>,
     /// Other sessions' rows, by id: the latest transition the last full read
@@ -360,7 +385,8 @@ pub struct Aggregator {
 
 impl Aggregator {
     /// An aggregator for rows already registered: `executors` gives each
-    /// executor's row id and key, in executor order.
+    /// executor's row id and key, in executor order. `unwritten` holds what
+    /// an aggregator before this one queued for the history and could not write.
     pub fn new(
         db: DatabaseConnection,
         session: Session,
@@ -368,6 +394,7 @@ impl Aggregator {
         executors: Vec<(i32, ExecutorKey)>,
         reports: Arc<watch::Sender<Arc<HealthReport>>>,
         stats: Arc<AggregatorStats>,
+        unwritten: Arc<UnwrittenTransitions>,
     ) -> Self {
         let own: Vec<OwnRow> = executors
             .into_iter()
@@ -428,8 +455,7 @@ impl Aggregator {
             writes: Outage::default(),
             reads: Outage::default(),
             stats,
-            transitions: VecDeque::new(),
-            next_transition: 0,
+            unwritten,
             last_prune: None,
             others_since: HashMap::new(),
         }
@@ -466,8 +492,9 @@ impl Aggregator {
     /// Queues a transition for the next flush; past [`history::MAX_PENDING`]
     /// the oldest is dropped.
     fn queue(&mut self, transition: Transition) {
-        if self.transitions.len() >= history::MAX_PENDING {
-            self.transitions.pop_front();
+        let mut unwritten = self.unwritten.lock();
+        if unwritten.queued.len() >= history::MAX_PENDING {
+            unwritten.queued.pop_front();
             let dropped = self
                 .stats
                 .transitions_dropped
@@ -479,23 +506,28 @@ impl Aggregator {
                 );
             }
         }
-        self.transitions
-            .push_back((self.next_transition, transition));
-        self.next_transition += 1;
+        let seq = unwritten.next;
+        unwritten.queued.push_back((seq, transition));
+        unwritten.next += 1;
         self.stats
             .transitions_recorded
             .fetch_add(1, Ordering::Relaxed);
         self.stats
             .transitions_pending
-            .store(self.transitions.len() as u64, Ordering::Relaxed);
+            .store(unwritten.queued.len() as u64, Ordering::Relaxed);
     }
 
     /// Takes in the latest transitions a full read found: other sessions'
     /// rows' `since`, and, the first time, the state the history holds for
     /// each of this session's rows.
     fn take_history(&mut self, latest: Vec<Transition>) {
-        let latest: HashMap<RowKey, Transition> =
+        let mut latest: HashMap<RowKey, Transition> =
             latest.into_iter().map(|t| (t.key(), t)).collect();
+        // Transitions an aggregator before this one queued and could not write
+        // are later than any the table holds: the rows are in their states.
+        for (_, queued) in &self.unwritten.lock().queued {
+            latest.insert(queued.key(), queued.clone());
+        }
         self.others_since = self
             .others
             .iter()
@@ -545,11 +577,12 @@ impl Aggregator {
         } else {
             None
         };
+        let unwritten = self.unwritten.lock();
         let write = HistoryWrite {
-            transitions: self.transitions.iter().map(|(_, t)| t.clone()).collect(),
+            transitions: unwritten.queued.iter().map(|(_, t)| t.clone()).collect(),
             prune_before,
         };
-        (write, self.transitions.back().map(|(seq, _)| *seq))
+        (write, unwritten.queued.back().map(|(seq, _)| *seq))
     }
 
     /// The verdicts not yet written, with the version each one carries.
@@ -654,15 +687,18 @@ impl Aggregator {
                     self.own[*index].written = *version;
                 }
                 let (last_transition, transitions, pruned) = written;
+                let mut unwritten = self.unwritten.lock();
                 if let Some(last) = last_transition {
-                    self.transitions.retain(|(seq, _)| *seq > last);
+                    unwritten.queued.retain(|(seq, _)| *seq > last);
                 }
+                let left = unwritten.queued.len();
+                drop(unwritten);
                 self.stats
                     .transitions_written
                     .fetch_add(transitions as u64, Ordering::Relaxed);
                 self.stats
                     .transitions_pending
-                    .store(self.transitions.len() as u64, Ordering::Relaxed);
+                    .store(left as u64, Ordering::Relaxed);
                 if pruned {
                     self.stats.history_prunes.fetch_add(1, Ordering::Relaxed);
                 }

@@ -316,3 +316,77 @@ async fn an_aggregator_that_stops_or_panics_is_restarted_with_its_verdicts_and_r
         .await;
     }
 }
+
+/// A transition queued for the history and not yet written when the
+/// aggregator panics is not lost: the aggregator started in its place writes
+/// it (with the reason and time of the verdict that made it), once, and counts
+/// nothing dropped.
+#[tokio::test]
+async fn transitions_queued_when_the_aggregator_panics_are_written_by_the_next() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let check = Scripted::new(ExecutorHealth::unhealthy("broker down before the panic"));
+    // Heartbeats (and so writes) every 5 s: the first verdict's transition
+    // waits in the queue when the aggregator panics. Polls every 20 s: after
+    // the panic the new supervisor's poll waits (the gate is shut) and its
+    // timeout's verdict, 10 s on, is of the same state, so no transition of
+    // its own.
+    let overseer = Overseer::builder()
+        .database(&db.url)
+        .hostname("sched-1")
+        .executor(
+            Executor::new("CeleryExecutor", check.clone()).with_instance("redis://broker:6379/0"),
+        )
+        .poll_interval(Duration::from_secs(20))
+        .poll_timeout(Duration::from_secs(10))
+        .heartbeat_interval(Duration::from_secs(5))
+        .refresh_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let stats = overseer.aggregator_stats();
+    until("the first verdict's transition queued", || {
+        stats.transitions_pending.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    check.shut();
+    assert_eq!(
+        stats.transitions_written.load(Ordering::Relaxed),
+        0,
+        "the transition must still wait when the aggregator panics"
+    );
+    overseer.actors.crash(CoreActor::Aggregator, Crash::Panic);
+    until("the aggregator restarted", || {
+        stats.restarts.aggregator.load(Ordering::Relaxed) == 1
+    })
+    .await;
+
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let written = loop {
+        let written = crate::history::read(&db.conn, &crate::history::HistoryFilter::default())
+            .await
+            .unwrap();
+        if !written.is_empty() {
+            break written;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no transition written within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(written.len(), 1, "{written:?}");
+    let transition = &written[0];
+    assert_eq!(
+        (transition.from.as_str(), transition.to.as_str()),
+        ("unknown", "unhealthy")
+    );
+    assert_eq!(
+        transition.reason.as_deref(),
+        Some("broker down before the panic"),
+        "the transition queued before the panic, not one made after it"
+    );
+    assert_eq!(stats.transitions_dropped.load(Ordering::Relaxed), 0);
+    check.open();
+    overseer.shutdown().await.unwrap();
+}
