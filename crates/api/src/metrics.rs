@@ -230,7 +230,8 @@ impl Metrics {
             ),
             (
                 "overseer_check_stalls_total",
-                "Async health checks found blocking their thread; each runs on threads of its own from then on.",
+                "Polls of async health checks that held their thread over the limit (the check blocked it, \
+                 or the machine was short of CPU); the executor's checks run on threads of their own from then on.",
                 |s| &s.stalls,
             ),
         ];

@@ -149,14 +149,21 @@ impl Watched {
     }
 
     /// The watchdog found one of its polls holding a thread for `held`.
+    ///
+    /// The log says what was measured, and blames no check: a poll that held
+    /// its thread may be a check that blocks, or a poll that waited for a CPU on
+    /// a busy machine (Overseer's own checks only wait, and are seen so when
+    /// the machine is short of CPU), and the watchdog cannot tell them apart.
     fn blocked(&self, held: Duration) {
         ExecutorStats::bump(&self.stats.stalls);
         if !self.blocks.swap(true, SeqCst) {
             tracing::warn!(
                 executor = %self.label,
                 held = %crate::duration::short(held),
-                "an async health check blocks its thread; it runs on a thread of its own \
-                 from now on (a check that blocks should be a BlockingHealthCheck)"
+                limit = %crate::duration::short(STALL_AFTER),
+                "a poll of this executor's async health check held its thread longer \
+                 than the limit (the check blocked it, or the machine was short of CPU); \
+                 its runs go on a thread of their own from now on"
             );
         }
     }
@@ -671,6 +678,60 @@ mod tests {
         assert!(pool_threads.contains(&other.unwrap()));
         assert_eq!(executor.stats.stalls.load(SeqCst), 1, "found once");
         threads.shutdown_background();
+    }
+
+    /// What the log says when a poll held its thread: the measurement (how
+    /// long, over which limit), never advice that blames the check. Overseer's
+    /// own checks only wait, and on a machine short of CPU a poll of theirs
+    /// can hold its thread as long as one that blocks (here it sleeps).
+    #[test]
+    fn a_poll_that_held_its_thread_is_logged_as_a_measurement_blaming_no_check() {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        let threads = CheckThreads::start(1).unwrap();
+        let executor = Watched::new("CeleryExecutor".into(), Arc::default());
+        let held = run_on_pool(&threads.checks(), &executor, async {
+            std::thread::sleep(STALL_AFTER * 3);
+        });
+        assert_eq!(held, Ok(()));
+        threads.shutdown_background();
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let warnings: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warnings.len(), 1, "{text}");
+        let warning = warnings[0];
+        for said in [
+            "executor=CeleryExecutor",
+            "limit=100ms",
+            "held its thread longer than the limit",
+            "or the machine was short of CPU",
+            "its runs go on a thread of their own",
+        ] {
+            assert!(warning.contains(said), "{said:?} missing: {warning}");
+        }
+        assert!(
+            !warning.contains("BlockingHealthCheck") && !warning.contains("should be"),
+            "advice that blames the check: {warning}"
+        );
+    }
+
+    /// Log lines written by the subscriber of the test above.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
