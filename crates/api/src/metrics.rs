@@ -295,6 +295,12 @@ impl Metrics {
                  (the report goes on; since and previous wait for the next).",
                 &aggregator.history_read_failures,
             ),
+            (
+                "overseer_history_transitions_dropped_total",
+                "Transitions of a verdict's state dropped unwritten: more waited for the \
+                 database than the history's queue holds (the oldest went first).",
+                &aggregator.transitions_dropped,
+            ),
         ] {
             families.push(family(
                 name,

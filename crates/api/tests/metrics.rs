@@ -178,3 +178,38 @@ async fn queued_task_instances_are_counted_on_every_configured_queue_even_when_n
         "{body}"
     );
 }
+
+/// Transitions the aggregator had to drop (its queue for the history was
+/// full) are a counter on `/metrics`, with its HELP and TYPE lines, as the
+/// aggregator counts them.
+#[actix_web::test]
+async fn transitions_dropped_unwritten_are_counted() {
+    use std::sync::atomic::Ordering;
+
+    use overseer_api::metrics::Metrics;
+    use overseer_core::actors::aggregator::AggregatorStats;
+
+    let stats = Arc::new(AggregatorStats::default());
+    stats.transitions_dropped.store(3, Ordering::Relaxed);
+    let mut harness = Harness::new(full_report(), 4);
+    harness.state.metrics = Arc::new(Metrics::new(
+        Vec::new(),
+        stats,
+        harness.state.reports.clone(),
+    ));
+    let app = test::init_service(
+        App::new()
+            .app_data(web::Data::new(harness.state.clone()))
+            .configure(overseer_api::routes),
+    )
+    .await;
+    let body =
+        test::call_and_read_body(&app, test::TestRequest::get().uri("/metrics").to_request()).await;
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    let family = "overseer_history_transitions_dropped_total";
+    let lines: Vec<&str> = body.lines().filter(|line| line.contains(family)).collect();
+    assert_eq!(lines.len(), 3, "{body}");
+    assert!(lines[0].starts_with(&format!("# HELP {family} Transitions")));
+    assert_eq!(lines[1], format!("# TYPE {family} counter"));
+    assert_eq!(lines[2], format!("{family} 3"));
+}
