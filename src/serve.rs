@@ -61,17 +61,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while starting the supervisor")?;
 
-    // Alerts read the published reports, on this runtime; deliveries on threads of their own.
-    let alerts =
-        crate::alerts::Notifier::start(&config.alerts, &config.supervisor.hostname, &overseer);
-
-    let (stopping, stopping_rx) = watch::channel(false);
-    let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
     // The history route reads the database through a small pool of its own.
     let history = overseer_core::history::HistoryReader::connect(url.expose_secret())
         .await
         .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while opening the history reader")?;
+    // Alerts read the published reports, on this runtime; deliveries on threads of their own.
+    let alerts = crate::alerts::Notifier::start(
+        &config.alerts,
+        &config.supervisor.hostname,
+        &overseer,
+        Some(history.clone()),
+    );
+
+    let (stopping, stopping_rx) = watch::channel(false);
+    let limits = crate::limits::HttpLimits::new(open_files, config.api.max_stream_clients);
     let state = ApiState::new(&overseer, stopping_rx, limits.max_stream_clients)
         .with_history(history)
         .with_frame_ancestors(frame_ancestors)

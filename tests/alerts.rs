@@ -464,3 +464,58 @@ fn the_webhook_token_shows_nowhere() {
         }
     }
 }
+
+/// An alert still firing when Overseer stops is resolved by the next run: the
+/// broker dies, the alert fires, the service stops; the broker comes back and
+/// the service starts again on the same database. The new run takes the open
+/// alert back from the history, and sends its `resolved` once the executor is
+/// healthy, naming the outage the first run alerted on.
+#[test]
+fn an_alert_firing_when_the_service_stops_is_resolved_by_the_next_run() {
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let receiver = Receiver::start();
+    let dir = workdir();
+    let alerts = format!(
+        "[[alerts]]\nurl = \"{}\"\nmin_duration = \"1s\"\n",
+        receiver.url("/hook")
+    );
+    let toml = config(&broker, &alerts);
+    let first = serve(dir.path(), &toml);
+    broker.kill();
+    let firing = receiver.wait_for("/hook", 1, "the firing alert")[0].clone();
+    assert_eq!(firing["status"], "firing");
+    let (code, _) = first.terminate();
+    assert_eq!(code, Some(0));
+
+    broker.resume().unwrap();
+    let second = serve(dir.path(), &toml);
+    let bodies = receiver.wait_for("/hook", 2, "the resolved alert from the next run");
+    let resolved = &bodies[1];
+    assert_eq!(resolved["status"], "resolved");
+    assert_eq!(resolved["executor"], firing["executor"]);
+    assert_eq!(resolved["instance"], firing["instance"]);
+    assert_eq!(resolved["health"], "healthy");
+    assert_eq!(resolved["unhealthy_since"], firing["since"]);
+    // Nothing more: past min_duration again, and then some.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        receiver.bodies("/hook").len(),
+        2,
+        "{:#?}",
+        receiver.bodies("/hook")
+    );
+    // The second run sent the resolved alert, and no firing one of its own.
+    let (_, metrics) = get(&second.url("/metrics"));
+    let sent = |status: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("overseer_alerts_sent_total{")
+                    && l.contains(&format!("status=\"{status}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!((sent("firing"), sent("resolved")), (Some(0.0), Some(1.0)));
+}

@@ -18,8 +18,12 @@
 //!   timeout per attempt, back-off, a bounded time to retry), fed by
 //!   `try_send`: a webhook that is down or slow delays neither the notifier nor
 //!   polling.
-//! - The state lives in memory: a restarted service starts from `unknown`, so
-//!   an alert open when it stopped is never resolved by the next run.
+//! - The state lives in memory, and is rebuilt at start from the history of
+//!   verdict transitions ([`overseer_core::history`]): an alert still firing
+//!   when the service stopped is open again in the next run, which resolves it
+//!   once the instance is `healthy` (see `tracker`, "Across restarts"). When
+//!   the history cannot be read then (logged), a target starts from `unknown`,
+//!   as before.
 //!
 //! # Layout
 //! - `webhook`: [`WebhookUrl`], the URL shown as its origin and `/***`.
@@ -39,13 +43,14 @@ use std::time::Duration;
 use overseer_api::metrics::{CounterFamily, ExtraMetrics};
 use overseer_core::HealthReport;
 use overseer_core::Overseer;
+use overseer_core::history::HistoryReader;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use delivery::{
     ATTEMPT_TIMEOUT, AlertFormat, FIRST_BACKOFF, MAX_BACKOFF, QUEUE_CAPACITY, body, slack_text,
 };
-pub use tracker::{Alert, AlertStatus, InstanceKey, Observed, Rules, Tracker};
+pub use tracker::{Alert, AlertStatus, InstanceKey, LeftBehind, Observed, Rules, Tracker};
 pub use webhook::WebhookUrl;
 
 use crate::config::AlertConfig;
@@ -123,10 +128,16 @@ pub struct Notifier {
 
 impl Notifier {
     /// Starts a watcher and a delivery thread for each of `alerts`, alerting on
-    /// `hostname`'s rows of the reports `overseer` publishes. Call within the
+    /// `hostname`'s rows of the reports `overseer` publishes, from the states
+    /// earlier runs left in the history `history` reads. Call within the
     /// tokio runtime. With no targets, nothing runs.
-    pub fn start(alerts: &[AlertConfig], hostname: &str, overseer: &Overseer) -> Self {
-        Self::start_with(alerts, hostname, &overseer.watch())
+    pub fn start(
+        alerts: &[AlertConfig],
+        hostname: &str,
+        overseer: &Overseer,
+        history: Option<HistoryReader>,
+    ) -> Self {
+        Self::start_with(alerts, hostname, &overseer.watch(), history)
     }
 
     /// [`Notifier::start`] on any stream of reports.
@@ -134,6 +145,7 @@ impl Notifier {
         alerts: &[AlertConfig],
         hostname: &str,
         reports: &watch::Receiver<Arc<HealthReport>>,
+        history: Option<HistoryReader>,
     ) -> Self {
         let mut stats = AlertStats::default();
         let mut running = Vec::new();
@@ -173,6 +185,7 @@ impl Notifier {
                 reports.clone(),
                 hostname.to_owned(),
                 Tracker::new(rules),
+                history.clone(),
                 queue_tx,
                 target_stats,
             ));
@@ -215,15 +228,21 @@ impl Notifier {
     }
 }
 
-/// One target's watcher: each new report, and each moment a state will have
-/// held `min_duration`, asks the tracker for the alerts due and queues them.
+/// One target's watcher: first the states earlier runs left (from
+/// `history`), then each new report, and each moment a state will have held
+/// `min_duration`, asks the tracker for the alerts due and queues them.
 async fn watch_reports(
     mut reports: watch::Receiver<Arc<HealthReport>>,
     hostname: String,
     mut tracker: Tracker,
+    history: Option<HistoryReader>,
     queue: SyncSender<Alert>,
     stats: Arc<TargetStats>,
 ) {
+    if let Some(history) = history {
+        let left = left_behind(&history, &hostname, &stats.label).await;
+        tracker.restore(left, tokio::time::Instant::now(), chrono::Utc::now());
+    }
     loop {
         let report = reports.borrow_and_update().clone();
         let now = tokio::time::Instant::now();
@@ -241,6 +260,39 @@ async fn watch_reports(
                 }
             }
             () = sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// How earlier runs left `hostname`'s instances, as the history says; none
+/// (logged) when it cannot be read, bounded by the reader's timeout.
+async fn left_behind(history: &HistoryReader, hostname: &str, target: &str) -> Vec<LeftBehind> {
+    match history.left_by_earlier_runs(hostname).await {
+        Ok(left) => left
+            .into_iter()
+            .map(|left| {
+                let t = left.transition;
+                LeftBehind {
+                    key: InstanceKey {
+                        executor: t.executor,
+                        instance: t.instance.unwrap_or_default(),
+                        hostname: t.hostname,
+                    },
+                    health: t.to,
+                    previous: t.from,
+                    reason: t.reason,
+                    since: t.at,
+                    last_seen: left.last_seen,
+                }
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(
+                alert_target = target,
+                error = %e,
+                "cannot read the history: alerts start from no state, and one left firing by the last run is not resolved"
+            );
+            Vec::new()
         }
     }
 }
@@ -290,6 +342,7 @@ pub fn observed(report: &HealthReport, hostname: &str) -> Vec<Observed> {
             },
             health: overseer_core::report::ExecutorHealthKind::of(&i.health),
             reason: i.health.reason().map(str::to_owned),
+            since: i.since,
         })
         .collect()
 }

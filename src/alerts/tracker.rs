@@ -13,6 +13,15 @@
 //! alone is no change of state. So a blip shorter than `min_duration` sends
 //! nothing, and an `unhealthy` verdict that outlives it sends one `firing`
 //! alert, however often its reason changes.
+//!
+//! **Across restarts.** A run starts from what the history says earlier runs
+//! left ([`Tracker::restore`]): an instance whose latest transition was to
+//! `unhealthy` is `unhealthy` since then, and its firing alert is open when
+//! the earlier run watched it for `min_duration` after (its row's last
+//! heartbeat says how long), since that run then sent it. So the next run
+//! resolves it once the instance is `healthy`, and fires it (at once, the
+//! state having held long enough) if it is still `unhealthy` and the earlier
+//! run stopped before it could.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,6 +47,10 @@ pub struct Observed {
     pub health: ExecutorHealthKind,
     /// Why, for `unhealthy` and `unknown`.
     pub reason: Option<String>,
+    /// When the state began, as the report says (the history's time of the
+    /// verdict that began it), if it says: an alert's `since` then names the
+    /// same moment in every run, the health JSON and the history.
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// One target's rules.
@@ -112,11 +125,28 @@ impl Tracked {
     }
 }
 
+/// How an earlier run left an instance: the history's latest transition for
+/// it, and the last heartbeat of its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    pub key: InstanceKey,
+    /// The state the earlier run saw last, since `since`.
+    pub health: ExecutorHealthKind,
+    pub previous: ExecutorHealthKind,
+    pub reason: Option<String>,
+    pub since: DateTime<Utc>,
+    /// The earlier run's row's last heartbeat: it watched the state until then.
+    pub last_seen: Option<DateTime<Utc>>,
+}
+
 /// Every instance's state under one target's rules.
 #[derive(Debug)]
 pub struct Tracker {
     rules: Rules,
     tracked: BTreeMap<InstanceKey, Tracked>,
+    /// States earlier runs left, for instances no report has shown yet: each
+    /// is taken up when its instance is first seen.
+    restored: BTreeMap<InstanceKey, Tracked>,
 }
 
 impl Tracker {
@@ -124,6 +154,41 @@ impl Tracker {
         Self {
             rules,
             tracked: BTreeMap::new(),
+            restored: BTreeMap::new(),
+        }
+    }
+
+    /// Starts from what earlier runs left (see the module's "Across
+    /// restarts"), at `now` (`at` on the wall clock). Only `unhealthy` states
+    /// matter: any other calls for nothing until the instance turns
+    /// `unhealthy`, which this run sees itself.
+    pub fn restore(
+        &mut self,
+        left: impl IntoIterator<Item = LeftBehind>,
+        now: Instant,
+        at: DateTime<Utc>,
+    ) {
+        for left in left {
+            if left.health != ExecutorHealthKind::Unhealthy {
+                continue;
+            }
+            let min_duration = chrono::Duration::from_std(self.rules.min_duration)
+                .unwrap_or(chrono::Duration::MAX);
+            let fired = left
+                .last_seen
+                .is_some_and(|seen| seen - left.since >= min_duration);
+            let held = (at - left.since).to_std().unwrap_or_default();
+            self.restored.insert(
+                left.key,
+                Tracked {
+                    health: left.health,
+                    previous: left.previous,
+                    reason: left.reason,
+                    since: now.checked_sub(held).unwrap_or(now),
+                    since_at: left.since,
+                    open: fired.then_some(left.since),
+                },
+            );
         }
     }
 
@@ -141,11 +206,20 @@ impl Tracker {
             key,
             health,
             reason,
+            since,
         } in observed
         {
+            let began = since.unwrap_or(at);
             let tracked = match self.tracked.remove(&key) {
                 Some(mut tracked) if tracked.health == health => {
                     tracked.reason = reason;
+                    // The report may learn when the state began after it
+                    // first showed it; an alert not sent yet says so.
+                    if let Some(since) = since
+                        && tracked.pending() == Some(AlertStatus::Firing)
+                    {
+                        tracked.since_at = since;
+                    }
                     tracked
                 }
                 Some(tracked) => Tracked {
@@ -153,16 +227,32 @@ impl Tracker {
                     previous: tracked.health,
                     reason,
                     since: now,
-                    since_at: at,
+                    since_at: began,
                     open: tracked.open,
                 },
-                None => Tracked {
-                    health,
-                    previous: ExecutorHealthKind::Unknown,
-                    reason,
-                    since: now,
-                    since_at: at,
-                    open: None,
+                None => match self.restored.remove(&key) {
+                    // As an earlier run left it: still in that state...
+                    Some(mut left) if left.health == health => {
+                        left.reason = reason;
+                        left
+                    }
+                    // ...or in another since now, an open alert kept.
+                    Some(left) => Tracked {
+                        health,
+                        previous: left.health,
+                        reason,
+                        since: now,
+                        since_at: began,
+                        open: left.open,
+                    },
+                    None => Tracked {
+                        health,
+                        previous: ExecutorHealthKind::Unknown,
+                        reason,
+                        since: now,
+                        since_at: began,
+                        open: None,
+                    },
                 },
             };
             seen.insert(key, tracked);
@@ -236,6 +326,7 @@ mod tests {
             key: key(),
             health,
             reason: (health != Healthy).then(|| reason.to_owned()),
+            since: None,
         }]
     }
 
@@ -364,6 +455,80 @@ mod tests {
         assert_eq!((up[0].health, up[0].previous), (Healthy, Unhealthy));
         assert_eq!((up[0].since, up[0].unhealthy_since), (t1, t0));
         assert_eq!(up[0].reason, None);
+    }
+
+    /// How an earlier run left the instance: `unhealthy` since `since`, its
+    /// row last seen `watched` after that.
+    fn left(since: DateTime<Utc>, watched: i64) -> LeftBehind {
+        LeftBehind {
+            key: key(),
+            health: Unhealthy,
+            previous: Healthy,
+            reason: Some("refused".into()),
+            since,
+            last_seen: Some(since + chrono::Duration::seconds(watched)),
+        }
+    }
+
+    #[test]
+    fn an_alert_an_earlier_run_left_firing_is_resolved_by_this_one() {
+        let start = Instant::now();
+        let t0 = Utc::now() - chrono::Duration::minutes(10);
+        let now = Utc::now();
+        let mut tracker = Tracker::new(RULES);
+        // Watched for 40 s past the outage's start: it sent the firing alert.
+        tracker.restore([left(t0, 40)], start, now);
+        // The new run's row, registered `unknown`, then its first verdict.
+        assert_eq!(tracker.observe(seen(Unknown, "starting"), start, now), []);
+        assert_eq!(tracker.observe(seen(Unhealthy, "refused"), start, now), []);
+        assert_eq!(tracker.observe(seen(Healthy, ""), start, now), []);
+        let resolved = tracker.due(start + RULES.min_duration);
+        assert_eq!(resolved.len(), 1);
+        assert_eq!(resolved[0].status, AlertStatus::Resolved);
+        assert_eq!(resolved[0].unhealthy_since, t0);
+        assert_eq!(tracker.due(start + RULES.min_duration * 9), []);
+    }
+
+    #[test]
+    fn an_outage_an_earlier_run_stopped_before_alerting_fires_at_once_if_it_goes_on() {
+        let start = Instant::now();
+        let t0 = Utc::now() - chrono::Duration::minutes(10);
+        let now = Utc::now();
+        let mut tracker = Tracker::new(RULES);
+        // Watched for 10 s only: no alert was sent.
+        tracker.restore([left(t0, 10)], start, now);
+        let fired = tracker.observe(seen(Unhealthy, "still refused"), start, now);
+        assert_eq!(fired.len(), 1);
+        assert_eq!(fired[0].status, AlertStatus::Firing);
+        assert_eq!((fired[0].since, fired[0].previous), (t0, Healthy));
+        assert_eq!(fired[0].reason.as_deref(), Some("still refused"));
+    }
+
+    #[test]
+    fn an_alert_left_firing_is_not_sent_again_while_the_outage_goes_on() {
+        let start = Instant::now();
+        let t0 = Utc::now() - chrono::Duration::minutes(10);
+        let mut tracker = Tracker::new(RULES);
+        tracker.restore([left(t0, 40)], start, Utc::now());
+        assert_eq!(tracker.observe(seen(Unhealthy, "x"), start, Utc::now()), []);
+        assert_eq!(tracker.due(start + RULES.min_duration * 9), []);
+        assert_eq!(tracker.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_alert_names_the_time_the_report_gives_for_the_state() {
+        let start = Instant::now();
+        let began = Utc::now() - chrono::Duration::seconds(3);
+        let mut tracker = Tracker::new(Rules {
+            min_duration: Duration::ZERO,
+            send_resolved: true,
+        });
+        let observed = vec![Observed {
+            since: Some(began),
+            ..seen(Unhealthy, "refused").remove(0)
+        }];
+        let fired = tracker.observe(observed, start, Utc::now());
+        assert_eq!((fired[0].since, fired[0].unhealthy_since), (began, began));
     }
 
     #[test]

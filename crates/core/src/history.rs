@@ -12,7 +12,9 @@
 //!   records ([`crate::storage`]). A flush that fails keeps the queue, so a
 //!   transition made while the database is away is written when it returns.
 //!   The queue holds at most [`MAX_PENDING`] (the oldest go first, counted in
-//!   `AggregatorStats::history_dropped`).
+//!   `AggregatorStats::transitions_dropped`, on `/metrics` as
+//!   `overseer_history_transitions_dropped_total`); it outlives an aggregator
+//!   that stops or panics, and the one started in its place writes it.
 //! - **Since when.** The report's `since` and `previous` for each executor
 //!   instance come from the aggregator for this host's rows (the latest
 //!   transition read back at start, then each one it makes), and for other
@@ -206,6 +208,81 @@ pub async fn latest(db: &impl ConnectionTrait) -> Result<Vec<Transition>> {
         .collect()
 }
 
+/// How earlier runs of Overseer left one of a host's executor rows: the
+/// latest transition they wrote for it, and the last heartbeat of the row's
+/// ended sessions (the state held at least until then). What a run needs to
+/// carry on with alerts the run before it left open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// The row's latest transition made by an earlier run.
+    pub transition: Transition,
+    /// The latest heartbeat of the row's sessions that ended.
+    pub last_seen: Option<DateTime<Utc>>,
+}
+
+/// How earlier runs left `hostname`'s executor rows (see [`LeftBehind`]):
+/// two statements. Earlier runs' rows are the ended ones (a run ends its rows
+/// at shutdown, and the next start ends those a crash left open, before it
+/// makes any verdict), so their transitions are those up to the latest
+/// `end_date`: any later one is this run's.
+pub async fn left_by_earlier_runs(
+    db: &impl ConnectionTrait,
+    hostname: &str,
+) -> Result<Vec<LeftBehind>> {
+    use crate::entity::job;
+    use crate::job::JobType;
+    use std::collections::HashMap;
+
+    let ended = job::Entity::find()
+        .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+        .filter(job::Column::Hostname.eq(hostname))
+        .filter(job::Column::EndDate.is_not_null())
+        .all(db)
+        .await?;
+    let Some(cutoff) = ended.iter().filter_map(|row| row.end_date).max() else {
+        return Ok(Vec::new());
+    };
+    let mut last_seen: HashMap<(String, Option<String>), DateTime<Utc>> = HashMap::new();
+    for row in ended {
+        let (Some(class), Some(heartbeat)) = (row.executor_class, row.latest_heartbeat) else {
+            continue;
+        };
+        let seen = last_seen
+            .entry((class, row.executor_instance))
+            .or_insert(heartbeat);
+        *seen = (*seen).max(heartbeat);
+    }
+    let backend = db.get_database_backend();
+    let placeholder = |n: usize| match backend {
+        DbBackend::Postgres => format!("${n}"),
+        _ => "?".to_owned(),
+    };
+    let sql = format!(
+        "SELECT h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, h.reason, h.at \
+         FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} WHERE hostname = {} AND at <= {} \
+         GROUP BY executor, instance) m ON h.id = m.id",
+        placeholder(1),
+        placeholder(2)
+    );
+    let values: [sea_orm::Value; 2] = [hostname.into(), crate::storage::to_micros(cutoff).into()];
+    History::find()
+        .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let transition = Transition::from_row(row)?;
+            let last_seen = last_seen
+                .get(&(transition.executor.clone(), transition.instance.clone()))
+                .copied();
+            Ok(LeftBehind {
+                transition,
+                last_seen,
+            })
+        })
+        .collect()
+}
+
 /// Deletes the transitions older than `before`: one statement. Returns how
 /// many it deleted.
 pub async fn prune(db: &impl ConnectionTrait, before: DateTime<Utc>) -> Result<u64> {
@@ -330,6 +407,20 @@ impl HistoryReader {
             db,
             timeout: READ_TIMEOUT,
         }
+    }
+
+    /// How earlier runs left `hostname`'s executor rows
+    /// ([`left_by_earlier_runs`]), or an error when the database fails or
+    /// does not answer within [`READ_TIMEOUT`].
+    pub async fn left_by_earlier_runs(&self, hostname: &str) -> Result<Vec<LeftBehind>> {
+        tokio::time::timeout(self.timeout, left_by_earlier_runs(&self.db, hostname))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Runtime(format!(
+                    "the database did not answer within {}",
+                    crate::duration::short(self.timeout)
+                )))
+            })
     }
 
     /// The transitions `filter` selects, newest first, or an error when the

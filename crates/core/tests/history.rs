@@ -603,3 +603,74 @@ async fn a_running_overseer_prunes_the_history_and_a_zero_retention_keeps_it() {
     );
     prune.shutdown().await.unwrap();
 }
+
+/// What a new run reads to take back the alerts the last run left open, on
+/// every backend: of this host's rows, the latest transition the earlier run
+/// wrote (not one this run wrote since, nor another host's), with the last
+/// heartbeat of the earlier run's row (how long it watched that state: until
+/// it ended, here gracefully).
+#[tokio::test]
+async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
+    for db in overseer_testkit::all_backends().await {
+        Migrator::up(&db.conn, None).await.unwrap();
+        let key = [("CeleryExecutor".to_owned(), Some(BROKER.to_owned()))];
+        let down = storage_micros(Utc::now() - chrono::Duration::minutes(10));
+        let earlier = Session {
+            started: down - chrono::Duration::minutes(1),
+            ..Session::start("sched-1", "airflow")
+        };
+        storage::register(&db.conn, &earlier, &key).await.unwrap();
+        let transition = |hostname: &str, from, to, at| Transition {
+            hostname: hostname.into(),
+            from,
+            to,
+            at,
+            reason: (to == ExecutorHealthKind::Unhealthy).then(|| "broker down".into()),
+            ..old_transition(at, "")
+        };
+        use ExecutorHealthKind::{Healthy, Unhealthy};
+        let went_down = transition("sched-1", Healthy, Unhealthy, down);
+        let other_host = transition("sched-2", Unhealthy, Healthy, down);
+        let last_heartbeat = down + chrono::Duration::seconds(40);
+        let write = HistoryWrite {
+            transitions: vec![went_down.clone(), other_host],
+            prune_before: None,
+        };
+        storage::flush_with_history(&db.conn, &earlier, last_heartbeat, &[], &write)
+            .await
+            .unwrap();
+        let ended = last_heartbeat + chrono::Duration::seconds(1);
+        storage::finish(&db.conn, &earlier, ended).await.unwrap();
+
+        // This run starts, and has written its own transition already.
+        let this = Session::start("sched-1", "airflow");
+        storage::register(&db.conn, &this, &key).await.unwrap();
+        let back_up = HistoryWrite {
+            transitions: vec![transition("sched-1", Unhealthy, Healthy, this.started)],
+            prune_before: None,
+        };
+        storage::flush_with_history(&db.conn, &this, Utc::now(), &[], &back_up)
+            .await
+            .unwrap();
+
+        let left = history::left_by_earlier_runs(&db.conn, "sched-1")
+            .await
+            .unwrap();
+        assert_eq!(
+            left,
+            [history::LeftBehind {
+                transition: went_down,
+                last_seen: Some(ended),
+            }],
+            "{:?}",
+            db.backend
+        );
+        let reader = HistoryReader::new(db.conn.clone());
+        assert_eq!(
+            reader.left_by_earlier_runs("sched-3").await.unwrap(),
+            [],
+            "{:?}: a host with no earlier run",
+            db.backend
+        );
+    }
+}
