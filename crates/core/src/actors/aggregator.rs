@@ -47,7 +47,9 @@
 //!   own: a driver that panics fails that write or read, not the aggregator.
 //!   Should the aggregator itself stop or panic, the actors' thread starts a new
 //!   one ([`crate::overseer`]), which takes its own rows' verdicts back from the
-//!   table (or, when the table cannot be read, from the last published report).
+//!   table, or from the last published report when that shows a later one (made,
+//!   and not yet written, by the aggregator that stopped) or the table cannot be
+//!   read; and the transitions it had queued ([`UnwrittenTransitions`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -937,42 +939,43 @@ impl Aggregator {
     }
 
     /// Takes back the verdicts of this session's rows that no verdict has
-    /// replaced yet: from the table, or, when it cannot be read, from the last
-    /// published report (then they are written again). At the first start
+    /// replaced yet: from the table, unless the last published report shows a
+    /// later one (the aggregator before this one made it and stopped before
+    /// writing it), or, when the table cannot be read, from that report; a
+    /// verdict taken from the report is written again. At the first start
     /// there is nothing to take back: the rows are as registered.
     fn take_back(&mut self, table: crate::Result<Option<Vec<job::Model>>>) {
-        match table {
-            Ok(None) => {}
-            Ok(Some(rows)) => {
-                for row in rows {
-                    let Some(&index) = self.own_ids.get(&row.id) else {
-                        continue;
-                    };
-                    let own = &mut self.own[index];
-                    if own.version == 0 {
-                        own.row.executor_health = row.executor_health;
-                        own.row.executor_health_reason = row.executor_health_reason;
-                        own.row.executor_health_checked_at = row.executor_health_checked_at;
-                    }
-                }
-            }
+        let rows = match table {
+            Ok(None) => return,
+            Ok(Some(rows)) => rows,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot read this session's rows back; taking the verdicts from the last report");
-                let report = self.reports.borrow().clone();
-                let Some(entry) = &report.executor else {
-                    return;
-                };
-                for own in self.own.iter_mut().filter(|o| o.version == 0) {
-                    let shown = entry.instances.iter().find(|i| {
-                        i.hostname == own.row.hostname
-                            && i.executor == own.row.executor_class
-                            && i.instance == own.row.executor_instance
-                    });
-                    if let Some(shown) = shown.filter(|s| s.checked_at.is_some()) {
-                        own.set(&shown.health, shown.reason.as_deref(), shown.checked_at);
-                        own.version = 1;
-                    }
+                Vec::new()
+            }
+        };
+        let table: HashMap<i32, job::Model> = rows.into_iter().map(|r| (r.id, r)).collect();
+        let report = self.reports.borrow().clone();
+        for own in self.own.iter_mut().filter(|o| o.version == 0) {
+            let shown = report.executor.iter().flat_map(|e| &e.instances).find(|i| {
+                i.checked_at.is_some()
+                    && i.hostname == own.row.hostname
+                    && i.executor == own.row.executor_class
+                    && i.instance == own.row.executor_instance
+            });
+            let written = table.get(&own.row.id);
+            match (shown, written) {
+                (Some(shown), written)
+                    if written.is_none_or(|w| shown.checked_at > w.executor_health_checked_at) =>
+                {
+                    own.set(&shown.health, shown.reason.as_deref(), shown.checked_at);
+                    own.version = 1;
                 }
+                (_, Some(written)) => {
+                    own.row.executor_health = written.executor_health.clone();
+                    own.row.executor_health_reason = written.executor_health_reason.clone();
+                    own.row.executor_health_checked_at = written.executor_health_checked_at;
+                }
+                (_, None) => {}
             }
         }
     }

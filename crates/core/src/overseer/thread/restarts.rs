@@ -320,7 +320,9 @@ async fn an_aggregator_that_stops_or_panics_is_restarted_with_its_verdicts_and_r
 /// A transition queued for the history and not yet written when the
 /// aggregator panics is not lost: the aggregator started in its place writes
 /// it (with the reason and time of the verdict that made it), once, and counts
-/// nothing dropped.
+/// nothing dropped. Nor is the verdict, unwritten too: the new aggregator's
+/// report shows it (taken from the last report, later than the table's), and
+/// the table gets it.
 #[tokio::test]
 async fn transitions_queued_when_the_aggregator_panics_are_written_by_the_next() {
     let db = overseer_testkit::sqlite().await;
@@ -359,6 +361,19 @@ async fn transitions_queued_when_the_aggregator_panics_are_written_by_the_next()
     until("the aggregator restarted", || {
         stats.restarts.aggregator.load(Ordering::Relaxed) == 1
     })
+    .await;
+    let restarted = Utc::now();
+    let report = report_until(&overseer, "a report of the new aggregator", |r| {
+        r.generated_at > restarted
+    })
+    .await;
+    let before = ExecutorHealth::unhealthy("broker down before the panic");
+    assert_eq!(verdict(&report), Some(before.clone()), "{}", report.json());
+    row_until(
+        &db.conn,
+        "the verdict written by the new aggregator",
+        |row| row.executor_health().unwrap() == before,
+    )
     .await;
 
     let deadline = tokio::time::Instant::now() + PATIENCE;
