@@ -10,9 +10,12 @@
 //! - `scale`: `executors` healthy executors polled every second, the flush and
 //!   the refresh every second, on SQLite (`db=sqlite`, a fresh file) or on the
 //!   database URL given; `flapping=N` makes the first N turn at every poll.
+//! - `bare-route`: the http section's reference, a bare actix-web route serving
+//!   the file `body=PATH` (see [`crate::sections::http::serve_bare`]).
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -105,6 +108,10 @@ pub fn main(name: &str, args: &[String]) -> Result<()> {
             param(key)?.parse().context(key.to_owned())?,
         ))
     };
+    if name == "bare-route" {
+        // Serves until it is stopped; it prints no result.
+        return crate::sections::http::serve_bare(Path::new(param("body")?));
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     let result = match name {
         "loop" => runtime.block_on(host_loop_beside(

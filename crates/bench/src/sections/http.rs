@@ -1,6 +1,8 @@
 //! Section 4: The health endpoint under load: Overseer's `/api/v2/monitor/health`
-//! beside its static `/api/v2/version` (the ceiling) and Airflow 3.3.2's own
-//! `airflow api-server` `/api/v2/monitor/health`, on the same Postgres Jobs table.
+//! beside a bare actix-web route serving the same bytes (the reference: what
+//! actix-web itself costs, so the ratio is what Overseer adds per request), its
+//! static `/api/v2/version`, and Airflow 3.3.2's own `airflow api-server`
+//! `/api/v2/monitor/health`, on the same Postgres Jobs table.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,70 @@ const THRESHOLD_S: &str = "3600";
 /// documentation advises (its default is 1); Overseer's actix server also runs
 /// one worker per core.
 const AIRFLOW_WORKERS: &str = "2";
+
+/// The reference route's path: the health endpoint's, so wrk's requests are the same bytes.
+const BARE_PATH: &str = "/api/v2/monitor/health";
+
+/// The `bare-route` scenario: one actix-web route at [`BARE_PATH`] answering
+/// the bytes of `body` (the health endpoint's JSON, saved by the section) with
+/// the health endpoint's own headers, on as many workers as `overseer serve`
+/// runs, and nothing else: no middleware, no extractor, no state. It prints
+/// `listening on http://ADDR` and serves until stopped.
+pub fn serve_bare(body: &Path) -> Result<()> {
+    use actix_web::{App, HttpResponse, HttpServer, http::header, web};
+    let body = web::Bytes::from(std::fs::read(body).with_context(|| body.display().to_string())?);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    actix_web::rt::System::new().block_on(async move {
+        let server = HttpServer::new(move || {
+            let body = body.clone();
+            App::new().route(
+                BARE_PATH,
+                web::get().to(move || {
+                    let body = body.clone();
+                    async move {
+                        HttpResponse::Ok()
+                            .content_type("application/json")
+                            .insert_header((header::CACHE_CONTROL, "no-store"))
+                            .body(body)
+                    }
+                }),
+            )
+        })
+        .workers(workers)
+        .disable_signals()
+        .bind("127.0.0.1:0")?;
+        let addr = server.addrs()[0];
+        println!("listening on http://{addr}");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        server.run().await
+    })?;
+    Ok(())
+}
+
+/// Starts the [`serve_bare`] reference serving `body`, and waits for its address.
+fn start_bare(dir: &Path, body: &str) -> Result<(Server, String)> {
+    let path = dir.join("bare-body.json");
+    std::fs::write(&path, body)?;
+    let mut command = process::clean_command(std::env::current_exe()?, dir);
+    command.args(["--scenario", "bare-route"]).arg(format!("body={}", path.display()));
+    let mut server = Server::spawn("bare actix-web route", command, dir.join("bare.log"))?;
+    let addr = server.wait_for("saying where it listens", Duration::from_secs(30), |s| {
+        s.log_text()
+            .split("listening on http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+    })?;
+    Ok((server, addr))
+}
+
+/// `overseer serve`'s default log filter (`DEFAULT_FILTER` in the binary's
+/// `logging`), which the harness's usual `RUST_LOG=warn` would hide: the
+/// endpoint is measured at the level operators run.
+const DEFAULT_LOG_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn";
+
+/// The reference's label in the tables.
+const BARE_LABEL: &str = "bare actix-web route, the same bytes (the reference)";
 
 /// What one wrk run measured.
 #[derive(Debug, Clone)]
@@ -130,6 +196,71 @@ impl Target {
                 .collect::<Vec<_>>(),
         )
     }
+}
+
+/// The figure that counts: Overseer's health endpoint beside the bare route
+/// serving the same bytes, as the ratio of each pair of runs measured back to
+/// back (the machine's noise moves both alike), then its median over the pairs.
+fn bare_ratio_table(plan: &Plan, targets: &[Target]) -> String {
+    let find = |label: &str| targets.iter().find(|t| t.label.starts_with(label));
+    let (Some(bare), Some(health)) = (
+        find(BARE_LABEL),
+        find("Overseer `/api/v2/monitor/health`"),
+    ) else {
+        return String::new();
+    };
+    let rows: Vec<Vec<String>> = plan
+        .http_connections
+        .iter()
+        .map(|&connections| {
+            let pairs: Vec<(f64, f64)> = health
+                .at(connections)
+                .iter()
+                .zip(bare.at(connections))
+                .map(|(h, b)| (h.load.rps, b.load.rps))
+                .collect();
+            let each = |f: &dyn Fn(&(f64, f64)) -> f64| {
+                Summary::of(&pairs.iter().map(f).collect::<Vec<_>>())
+            };
+            let cell = |s: Option<Summary>, decimals| s.map_or("–".into(), |s| s.cell(decimals));
+            let cpu = Summary::of(
+                &health
+                    .at(connections)
+                    .iter()
+                    .zip(bare.at(connections))
+                    .map(|(h, b)| b.cpu_per_10k / h.cpu_per_10k)
+                    .collect::<Vec<_>>(),
+            );
+            vec![
+                connections.to_string(),
+                cell(each(&|p| p.0), 0),
+                cell(each(&|p| p.1), 0),
+                cell(each(&|p| p.0 / p.1), 3),
+                cell(cpu, 3),
+                pairs
+                    .iter()
+                    .map(|(h, b)| num(h / b, 3))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]
+        })
+        .collect();
+    format!(
+        "\nOverseer's health endpoint ÷ the bare actix-web route serving the same bytes, run by \
+         run (each pair measured back to back): requests per second, and the server's CPU per \
+         request (the bare route's over the health endpoint's, so 1 is as cheap):\n\n{}",
+        table(
+            &[
+                "connections",
+                "health requests/s",
+                "bare route requests/s",
+                "ratio (median, min–max)",
+                "CPU per request, bare ÷ health",
+                "ratio of each pair",
+            ],
+            &rows,
+        )
+    )
 }
 
 /// The environment both servers share: Airflow's own variables (Overseer reads them too).
@@ -232,6 +363,8 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
 
     let mut overseer_env: Vec<(&str, String)> = env.clone();
     overseer_env.push(("OVERSEER_DATABASE__URL", db.url()));
+    // Logging as an operator runs it: every request pays for what is logged.
+    overseer_env.push(("OVERSEER_LOG", DEFAULT_LOG_FILTER.into()));
     let (mut overseer, addr) = process::serve_overseer(bin, dir.path(), &overseer_env)?;
     db.execute(
         "INSERT INTO job (state, job_type, start_date, latest_heartbeat, hostname, unixname) VALUES \
@@ -246,17 +379,30 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
         Duration::from_secs(30),
         |_| get_json(&overseer_health).filter(|j| j["scheduler"]["status"] == "healthy"),
     )?;
+    let health_body = get(&overseer_health)
+        .map(|(_, body)| body)
+        .context("the health endpoint answered nothing")?;
+    let (mut bare, bare_addr) = start_bare(dir.path(), &health_body)?;
+    // The reference first, the health endpoint right after it: each pair of
+    // runs is measured back to back, under the same noise.
     let mut targets = vec![
         Target {
-            label: "Overseer `/api/v2/version` (static: the ceiling)".into(),
-            url: format!("http://{addr}/api/v2/version"),
-            pid: overseer.pid(),
+            label: BARE_LABEL.into(),
+            url: format!("http://{bare_addr}{BARE_PATH}"),
+            pid: bare.pid(),
             airflow: false,
             runs: Vec::new(),
         },
         Target {
             label: "Overseer `/api/v2/monitor/health`".into(),
             url: overseer_health.clone(),
+            pid: overseer.pid(),
+            airflow: false,
+            runs: Vec::new(),
+        },
+        Target {
+            label: "Overseer `/api/v2/version` (static: the ceiling)".into(),
+            url: format!("http://{addr}/api/v2/version"),
             pid: overseer.pid(),
             airflow: false,
             runs: Vec::new(),
@@ -362,6 +508,8 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
         }
     }
     overseer.check_alive()?;
+    bare.check_alive()?;
+    bare.stop();
     overseer.stop();
     if let Some(mut server) = airflow_server.take() {
         server.stop();
@@ -462,6 +610,7 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
         ],
         &rows,
     ));
+    body.push_str(&bare_ratio_table(plan, &targets));
     for note in &notes {
         let _ = writeln!(body, "\n> {}\n", note.replace('\n', "\n> "));
     }
@@ -481,7 +630,7 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
                         mark: None,
                         color: if t.airflow {
                             RED
-                        } else if t.url.ends_with("/version") {
+                        } else if t.url.ends_with("/version") || t.label == BARE_LABEL {
                             GREEN
                         } else {
                             BLUE
