@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use actix_web::http::StatusCode;
 use actix_web::web::{Bytes, Data, Query};
 use actix_web::{HttpRequest, HttpResponse, http::header};
+use overseer_core::HealthReport;
 use overseer_core::report::Component;
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -60,25 +61,48 @@ fn components(query_string: &str) -> Result<Vec<Component>, String> {
         (status = 400, description = "A malformed query string", body = crate::errors::ErrorBody),
     )
 )]
-pub async fn health(
-    state: Data<ApiState>,
-    query: Query<HealthQuery>,
-    request: HttpRequest,
-) -> HttpResponse {
-    let judged = match components(request.query_string()) {
-        Ok(judged) => judged,
-        Err(problem) => return errors::invalid_query(&problem),
-    };
+pub async fn health(state: Data<ApiState>, request: HttpRequest) -> HttpResponse {
+    // The query is read by hand, and only when there is one: a probe's plain
+    // `GET` then costs no parsing at all (see `HealthQuery` for what it takes).
+    let query = request.query_string();
     let report = state.reports.borrow().clone();
-    let status = if query.strict && report.unhealthy_among(&judged) {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
+    let status = if query.is_empty() {
         StatusCode::OK
+    } else {
+        let strict = match Query::<HealthQuery>::from_query(query) {
+            Ok(parsed) => parsed.strict,
+            Err(err) => return errors::invalid_query(&err.to_string()),
+        };
+        let judged = match components(query) {
+            Ok(judged) => judged,
+            Err(problem) => return errors::invalid_query(&problem),
+        };
+        if strict && report.unhealthy_among(&judged) {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        }
     };
     HttpResponse::build(status)
         .content_type("application/json")
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .body(report.json().to_owned())
+        .body(ReportJson::bytes(report))
+}
+
+/// A report's JSON as the bytes of a body, without copying it: the body holds
+/// the report itself, which is shared and never changes.
+struct ReportJson(Arc<HealthReport>);
+
+impl ReportJson {
+    fn bytes(report: Arc<HealthReport>) -> Bytes {
+        Bytes::from_owner(Self(report))
+    }
+}
+
+impl AsRef<[u8]> for ReportJson {
+    fn as_ref(&self) -> &[u8] {
+        self.0.json().as_bytes()
+    }
 }
 
 /// Server-Sent Events: one `report` event with the whole report now and at each

@@ -19,6 +19,8 @@
 //!   frame it ([`dashboard::FrameAncestors`]).
 //! - [`version`]: `GET /api/v2/version`, a static answer in Airflow's shape.
 //! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
+//! - [`request_span`]: a `DEBUG` span and line per request, free at the
+//!   default level.
 //!
 //! A program that embeds Overseer serves these routes with [`ApiState::new`]
 //! and [`routes`] in an actix-web app of its own; `overseer serve` runs them in
@@ -30,6 +32,7 @@ pub mod health;
 pub mod history;
 pub mod metrics;
 pub mod openapi;
+pub mod request_span;
 pub mod version;
 
 use std::net::TcpListener;
@@ -202,7 +205,7 @@ pub fn server(
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))
-            .wrap(tracing_actix_web::TracingLogger::default())
+            .wrap(request_span::RequestSpan)
             .configure(routes)
             .default_service(web::to(errors::not_found))
     })
