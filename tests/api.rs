@@ -403,3 +403,62 @@ async fn openapi_describes_the_routes_and_errors_are_json() {
         "no outside resources"
     );
 }
+
+/// Sends `request` raw on a connection of its own and returns everything the
+/// service answers until it closes. The request is written from a thread of its
+/// own: the service may answer (and close) before it has read all of it.
+fn raw_exchange(address: &str, request: Vec<u8>) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let writing = std::thread::spawn(move || {
+        let _ = writer.write_all(&request);
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    let _ = writing.join();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The status line, the headers (names lowercased) and the body of a raw answer.
+fn parse_answer(answer: &str) -> (String, Vec<(String, String)>, String) {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or_default().to_owned();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn head_on_the_stream_answers_its_headers_and_ends() {
+    let db = overseer_testkit::sqlite().await;
+    let (_dir, serving) = start(&db);
+    let answer = raw_exchange(
+        &serving.address,
+        b"HEAD /api/v2/monitor/health/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            .to_vec(),
+    );
+    let (status_line, headers, body) = parse_answer(&answer);
+    assert!(status_line.starts_with("HTTP/1.1 200 "), "{answer:?}");
+    assert_eq!(header(&headers, "content-type"), Some("text/event-stream"));
+    assert_eq!(body, "", "HEAD has no body");
+}

@@ -26,22 +26,13 @@ pub async fn not_found() -> HttpResponse {
     json(StatusCode::NOT_FOUND, "Not Found")
 }
 
-/// A route that exists, with a method it does not take (every route but the
-/// stream takes GET and HEAD).
+/// A route that exists, with a method it does not take (every route takes GET
+/// and HEAD, and nothing else).
 pub async fn method_not_allowed() -> HttpResponse {
     let mut response = json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
     response
         .headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
-    response
-}
-
-/// The event stream takes GET only.
-pub async fn stream_method_not_allowed() -> HttpResponse {
-    let mut response = json(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-    response
-        .headers_mut()
-        .insert(header::ALLOW, header::HeaderValue::from_static("GET"));
     response
 }
 

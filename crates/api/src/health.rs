@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::web::{Bytes, Data, Query};
@@ -10,6 +11,7 @@ use actix_web::{HttpRequest, HttpResponse, http::header};
 use overseer_core::HealthReport;
 use overseer_core::report::Component;
 use serde::Deserialize;
+use tokio::sync::watch;
 use utoipa::IntoParams;
 
 use crate::{ApiState, KEEP_ALIVE, errors};
@@ -109,6 +111,17 @@ impl AsRef<[u8]> for ReportJson {
 /// change, and a keep-alive comment when idle. Each client has its own view of
 /// the latest report: a slow one skips to the newest and delays no one.
 ///
+/// What a client costs is bounded, whether it reads or not: a small report's
+/// event goes out whole, and a larger one is sent from the report's one shared
+/// copy (never a copy of its own), handed to actix in pieces of
+/// [`EVENT_PIECE`] bytes; actix-http stops asking for more once 32 KiB wait
+/// in the connection's buffer. A client that still has not taken
+/// one whole event [`STREAM_LAG_LIMIT`] after it began is too far behind, and
+/// its stream ends; one that reads nothing at all is closed by the kernel
+/// after as long (`TCP_USER_TIMEOUT`, see [`crate::server`]). Nothing of a
+/// client outlives its connection; when the last one leaves, the freed memory
+/// is given back to the system.
+///
 /// At most `max_stream_clients` are served at once; one more gets 503 and is pointed at
 /// the plain health route.
 #[utoipa::path(
@@ -132,38 +145,123 @@ pub async fn stream(state: Data<ApiState>) -> HttpResponse {
     };
     let mut reports = state.reports.clone();
     reports.mark_changed();
-    let shutdown = state.shutdown.clone();
-    let keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let mut keep_alive =
+        tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    // A client that was not asked for anything for a while gets one keep-alive, not a burst.
+    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The place rides along with the stream: actix drops the stream when the
     // client goes or the service stops, and the place is free again.
-    let events = futures_util::stream::unfold(
-        (reports, shutdown, keep_alive, place),
-        |(mut reports, mut shutdown, mut keep_alive, place)| async move {
-            let event = tokio::select! {
-                changed = reports.changed() => match changed {
-                    Ok(()) => {
-                        let json = reports.borrow_and_update().json().to_owned();
-                        Some(Bytes::from(format!("event: report\ndata: {json}\n\n")))
-                    }
-                    // The publisher is gone: the service is stopping.
-                    Err(_) => None,
-                },
-                _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
-                _ = shutdown.wait_for(|stopping| *stopping) => None,
-            };
-            event.map(|event| {
-                (
-                    Ok::<_, Infallible>(event),
-                    (reports, shutdown, keep_alive, place),
-                )
-            })
-        },
-    );
-    HttpResponse::Ok()
+    let client = Client {
+        reports,
+        shutdown: state.shutdown.clone(),
+        keep_alive,
+        sending: None,
+        _place: place,
+    };
+    let events = futures_util::stream::unfold(client, |mut client| async move {
+        let piece = client.next_piece().await?;
+        Some((Ok::<_, Infallible>(piece), client))
+    });
+    stream_head_of(HttpResponse::Ok()).streaming(events)
+}
+
+/// `HEAD` on the stream: the headers a `GET` would get now (200, or 503 when
+/// the stream is at capacity), and no stream: it takes no place.
+pub async fn stream_head(state: Data<ApiState>) -> HttpResponse {
+    if state.open_streams.load(Ordering::Acquire) >= state.max_stream_clients {
+        return errors::stream_at_capacity(state.max_stream_clients);
+    }
+    stream_head_of(HttpResponse::Ok()).finish()
+}
+
+/// The stream's own headers.
+fn stream_head_of(mut response: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
+    response
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(events)
+        .insert_header(("X-Accel-Buffering", "no"));
+    response
+}
+
+/// The largest piece of an event handed to actix at once. actix-http keeps
+/// asking a streaming body for more until 32 KiB wait in the connection's write
+/// buffer, so a client that reads nothing holds at most 32 KiB and one piece
+/// there, whatever the size of the report (a fleet's can be megabytes).
+pub const EVENT_PIECE: usize = 8 * 1024;
+
+/// How long one event may take to be taken by a client before the client is
+/// too far behind and its stream ends (it may reconnect, and gets the newest
+/// report at once). Two keep-alive periods: a client that keeps up takes an
+/// event in far less.
+pub const STREAM_LAG_LIMIT: Duration = Duration::from_secs(2 * KEEP_ALIVE.as_secs());
+
+/// What begins every report event; the report's JSON (one line) follows.
+const EVENT_HEAD: &[u8] = b"event: report\ndata: ";
+/// What ends every event.
+const EVENT_END: &[u8] = b"\n\n";
+
+/// One SSE client's side of the stream.
+struct Client {
+    /// The latest report, and its changes.
+    reports: watch::Receiver<Arc<HealthReport>>,
+    /// Turns `true` when the service stops: the stream ends.
+    shutdown: watch::Receiver<bool>,
+    /// When a comment is due on an idle stream.
+    keep_alive: tokio::time::Interval,
+    /// The event being sent, if one is.
+    sending: Option<Sending>,
+    /// This client's place among `max_stream_clients`, given back on drop.
+    _place: StreamPlace,
+}
+
+/// What is left to send of one report event.
+struct Sending {
+    /// The rest of the report's JSON: a view of the report's one shared copy.
+    json: Bytes,
+    /// When the event began, to tell a client too far behind.
+    began: tokio::time::Instant,
+}
+
+impl Client {
+    /// The next bytes to send, or `None` when the stream ends (the service
+    /// stops, or the client is too far behind).
+    async fn next_piece(&mut self) -> Option<Bytes> {
+        if let Some(sending) = &mut self.sending {
+            if sending.began.elapsed() > STREAM_LAG_LIMIT {
+                tracing::debug!(
+                    lag_limit = ?STREAM_LAG_LIMIT,
+                    "ended an SSE stream: the client took too long to take one event"
+                );
+                return None;
+            }
+            if sending.json.is_empty() {
+                self.sending = None;
+                return Some(Bytes::from_static(EVENT_END));
+            }
+            let piece = sending.json.split_to(sending.json.len().min(EVENT_PIECE));
+            return Some(piece);
+        }
+        tokio::select! {
+            changed = self.reports.changed() => match changed {
+                Ok(()) => {
+                    let json = ReportJson::bytes(self.reports.borrow_and_update().clone());
+                    if EVENT_HEAD.len() + json.len() + EVENT_END.len() <= EVENT_PIECE {
+                        // A small report goes out whole, in one chunk.
+                        return Some(Bytes::from([EVENT_HEAD, &json, EVENT_END].concat()));
+                    }
+                    self.sending = Some(Sending {
+                        json,
+                        began: tokio::time::Instant::now(),
+                    });
+                    Some(Bytes::from_static(EVENT_HEAD))
+                }
+                // The publisher is gone: the service is stopping.
+                Err(_) => None,
+            },
+            _ = self.keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
+            _ = self.shutdown.wait_for(|stopping| *stopping) => None,
+        }
+    }
 }
 
 /// One of the `max_stream_clients` places in the SSE stream, held by a stream
@@ -187,7 +285,22 @@ impl StreamPlace {
 
 impl Drop for StreamPlace {
     fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::AcqRel);
+        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            give_back_freed_memory();
+        }
+    }
+}
+
+/// Asks the allocator to return the memory it keeps free to the system. glibc
+/// keeps what many short-lived buffers freed (stream clients' connections,
+/// across every worker thread's arena) for reuse, so without this a burst of
+/// clients that left would still count in the service's resident memory.
+/// Called when the last stream client leaves: rarely, and off any request.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

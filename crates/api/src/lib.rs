@@ -156,7 +156,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/api/v2/monitor/health/stream")
                 .route(web::get().to(health::stream))
-                .default_service(web::to(errors::stream_method_not_allowed)),
+                .route(web::head().to(health::stream_head))
+                .default_service(web::to(errors::method_not_allowed)),
         )
         .service(
             web::resource("/metrics")
@@ -182,6 +183,35 @@ pub fn routes(config: &mut web::ServiceConfig) {
                 .route(web::head().to(dashboard::page))
                 .default_service(web::to(errors::method_not_allowed)),
         );
+}
+
+/// Has the kernel close `tcp` when what it sends has not been taken for
+/// `after` (`TCP_USER_TIMEOUT`): a client that stops reading, an SSE client
+/// above all, then holds its socket's buffers for that long and no longer.
+/// actix-http does not poll a response whose client does not read, so nothing
+/// in the process can see such a client; the kernel can. An idle connection
+/// (nothing to send) is not affected. Over TLS the socket is not reachable
+/// here, and such a client stays until it closes (its memory is bounded all
+/// the same, see [`health::stream`]).
+fn close_when_stalled(tcp: &actix_web::rt::net::TcpStream, after: Duration) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let millis = libc::c_uint::try_from(after.as_millis()).unwrap_or(libc::c_uint::MAX);
+        // SAFETY: a valid socket, and an option value of the size given.
+        let failed = unsafe {
+            libc::setsockopt(
+                tcp.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_USER_TIMEOUT,
+                (&raw const millis).cast(),
+                std::mem::size_of_val(&millis) as libc::socklen_t,
+            )
+        } != 0;
+        if failed {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "cannot set TCP_USER_TIMEOUT");
+        }
+    }
 }
 
 /// The HTTP server on `listener`, until its handle stops it. Signals are the
@@ -216,7 +246,12 @@ pub fn server(
     .max_connections((max_connections / workers).max(1))
     // A client that closes its end is gone: end its response (an SSE stream
     // gives its place back at once, not at its next write).
-    .h1_allow_half_closed(false);
+    .h1_allow_half_closed(false)
+    .on_connect(|connection, _| {
+        if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            close_when_stalled(tcp, health::STREAM_LAG_LIMIT);
+        }
+    });
     let server = match tls {
         Some(config) => server.listen_rustls_0_23(listener, config)?,
         None => server.listen(listener)?,

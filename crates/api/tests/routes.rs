@@ -6,6 +6,8 @@ mod support;
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::ServiceResponse;
@@ -177,7 +179,7 @@ async fn errors_are_json_in_fastapis_shape_and_405s_say_what_is_allowed() {
 
     for (uri, allow) in [
         ("/api/v2/monitor/health", "GET, HEAD"),
-        ("/api/v2/monitor/health/stream", "GET"),
+        ("/api/v2/monitor/health/stream", "GET, HEAD"),
         ("/metrics", "GET, HEAD"),
         ("/openapi.json", "GET, HEAD"),
         ("/api/v2/version", "GET, HEAD"),
@@ -199,23 +201,61 @@ async fn errors_are_json_in_fastapis_shape_and_405s_say_what_is_allowed() {
 async fn head_answers_where_get_does() {
     let harness = Harness::new(full_report(), 4);
     let app = app!(harness.state);
+    let head = |uri: &str| {
+        test::TestRequest::default()
+            .method(actix_web::http::Method::HEAD)
+            .uri(uri)
+            .to_request()
+    };
     for uri in [
         "/api/v2/monitor/health",
+        "/api/v2/monitor/health/stream",
         "/metrics",
         "/openapi.json",
         "/api/v2/version",
         "/",
     ] {
-        let response = test::call_service(
-            &app,
-            test::TestRequest::default()
-                .method(actix_web::http::Method::HEAD)
-                .uri(uri)
-                .to_request(),
-        )
-        .await;
+        let get = test::call_service(&app, test::TestRequest::get().uri(uri).to_request()).await;
+        let response = test::call_service(&app, head(uri)).await;
         assert_eq!(response.status(), StatusCode::OK, "{uri}");
+        assert_eq!(
+            header_of(&response, header::CONTENT_TYPE),
+            header_of(&get, header::CONTENT_TYPE),
+            "{uri}: HEAD's headers are GET's"
+        );
     }
+}
+
+#[actix_web::test]
+async fn head_on_the_stream_takes_no_place_and_says_when_it_is_full() {
+    let harness = Harness::new(full_report(), 1);
+    let app = app!(harness.state);
+    let head = || {
+        test::TestRequest::default()
+            .method(actix_web::http::Method::HEAD)
+            .uri("/api/v2/monitor/health/stream")
+            .to_request()
+    };
+    let response = test::call_service(&app, head()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        test::read_body(response).await,
+        Bytes::new(),
+        "HEAD ends at once"
+    );
+
+    // The one place is still free for a GET.
+    let held = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health/stream")
+            .to_request(),
+    )
+    .await;
+    assert_eq!(held.status(), StatusCode::OK);
+    let response = test::call_service(&app, head()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!header_of(&response, header::RETRY_AFTER).is_empty());
 }
 
 #[actix_web::test]
@@ -371,6 +411,83 @@ async fn next_chunk<B: MessageBody + Unpin>(body: &mut B) -> Option<Bytes> {
         .map(|chunk| chunk.map_err(|_| "body error").unwrap())
 }
 
+/// The next whole SSE event (or comment) a streaming body yields, whatever
+/// the pieces it comes in, and the size of its largest piece.
+async fn next_event<B: MessageBody + Unpin>(body: &mut B) -> Option<(Bytes, usize)> {
+    let mut event = Vec::new();
+    let mut largest = 0;
+    while !event.ends_with(b"\n\n") {
+        let piece = next_chunk(body).await?;
+        largest = largest.max(piece.len());
+        event.extend_from_slice(&piece);
+    }
+    Some((Bytes::from(event), largest))
+}
+
+/// The SSE event of a report.
+fn event_of(report: &overseer_core::HealthReport) -> Bytes {
+    Bytes::from(format!("event: report\ndata: {}\n\n", report.json()))
+}
+
+/// A report of `n` executors on as many hosts: tens of kilobytes of JSON.
+fn fleet_report(n: i32) -> overseer_core::HealthReport {
+    let mut rows = vec![support::row(1, overseer_core::JobType::SchedulerJob, 2, "sched-1")];
+    rows.extend((0..n).map(|i| {
+        support::executor_row(
+            10 + i,
+            "CeleryExecutor",
+            &format!("worker-host-{i}"),
+            overseer_core::ExecutorHealth::Healthy,
+        )
+    }));
+    support::report(rows, true)
+}
+
+#[actix_web::test]
+async fn a_large_report_goes_out_in_bounded_pieces_of_one_shared_copy() {
+    let big = fleet_report(600);
+    assert!(big.json().len() > 8 * overseer_api::health::EVENT_PIECE);
+    let harness = Harness::new(big.clone(), 4);
+    let app = app!(harness.state);
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health/stream")
+            .to_request(),
+    )
+    .await;
+    let mut body = response.into_body();
+    let (event, largest) = next_event(&mut body).await.unwrap();
+    assert_eq!(event, event_of(&big), "the pieces make the event, byte for byte");
+    assert!(
+        largest <= overseer_api::health::EVENT_PIECE,
+        "no piece is larger than {} bytes: {largest}",
+        overseer_api::health::EVENT_PIECE
+    );
+}
+
+#[actix_web::test]
+async fn a_client_too_far_behind_is_dropped_and_its_place_comes_back() {
+    tokio::time::pause();
+    let harness = Harness::new(fleet_report(300), 1);
+    let open = harness.state.open_streams.clone();
+    let app = app!(harness.state);
+    let response = test::call_service(
+        &app,
+        test::TestRequest::get()
+            .uri("/api/v2/monitor/health/stream")
+            .to_request(),
+    )
+    .await;
+    let mut body = response.into_body();
+    // The client takes the start of the event, then nothing for too long.
+    assert!(next_chunk(&mut body).await.is_some());
+    tokio::time::advance(overseer_api::health::STREAM_LAG_LIMIT + Duration::from_secs(1)).await;
+    assert_eq!(next_chunk(&mut body).await, None, "the stream ended");
+    drop(body);
+    assert_eq!(open.load(Ordering::Acquire), 0, "its place came back");
+}
+
 #[actix_web::test]
 async fn the_stream_sends_the_report_then_each_change_and_ends_at_shutdown() {
     let first = full_report();
@@ -390,14 +507,17 @@ async fn the_stream_sends_the_report_then_each_change_and_ends_at_shutdown() {
         "text/event-stream"
     );
     let mut body = response.into_body();
-    let event = |report: &overseer_core::HealthReport| {
-        Bytes::from(format!("event: report\ndata: {}\n\n", report.json()))
-    };
-    assert_eq!(next_chunk(&mut body).await, Some(event(&first)));
+    assert_eq!(
+        next_event(&mut body).await.map(|(event, _)| event),
+        Some(event_of(&first))
+    );
 
     let second = healthy_report();
     harness.reports.send_replace(Arc::new(second.clone()));
-    assert_eq!(next_chunk(&mut body).await, Some(event(&second)));
+    assert_eq!(
+        next_event(&mut body).await.map(|(event, _)| event),
+        Some(event_of(&second))
+    );
 
     harness.shutdown.send_replace(true);
     assert_eq!(next_chunk(&mut body).await, None, "the stream ends");
