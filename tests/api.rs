@@ -449,6 +449,47 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 }
 
 #[tokio::test]
+async fn requests_too_large_to_parse_get_the_json_error_every_other_error_has() {
+    let db = overseer_testkit::sqlite().await;
+    let (_dir, serving) = start(&db);
+
+    // A 100 KB request line: longer than any URI may be.
+    let long_line = format!(
+        "GET /api/v2/monitor/health?x={} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    // A 1 MB header: far past what a request head may hold.
+    let huge_header = format!(
+        "GET /api/v2/monitor/health HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n",
+        "x".repeat(1024 * 1024)
+    );
+    for (request, status) in [(long_line, "400"), (huge_header, "431")] {
+        let answer = raw_exchange(&serving.address, request.into_bytes());
+        let (status_line, headers, body) = parse_answer(&answer);
+        assert!(
+            status_line.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{status_line:?}"
+        );
+        assert_eq!(
+            header(&headers, "content-type"),
+            Some("application/json"),
+            "{answer:?}"
+        );
+        assert_eq!(
+            header(&headers, "content-length"),
+            Some(body.len().to_string().as_str()),
+            "{answer:?}"
+        );
+        let json: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        assert!(json["detail"].as_str().is_some_and(|d| !d.is_empty()), "{json}");
+    }
+    // The service keeps serving, and its other answers are untouched.
+    let (status, body) = get(&serving.url("/api/v2/monitor/health"));
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<Value>(&body).is_ok());
+}
+
+#[tokio::test]
 async fn head_on_the_stream_answers_its_headers_and_ends() {
     let db = overseer_testkit::sqlite().await;
     let (_dir, serving) = start(&db);

@@ -19,6 +19,8 @@
 //!   frame it ([`dashboard::FrameAncestors`]).
 //! - [`version`]: `GET /api/v2/version`, a static answer in Airflow's shape.
 //! - [`errors`]: JSON bodies for unknown routes, wrong methods and bad queries.
+//! - [`early_errors`]: JSON bodies for the errors actix-http answers itself
+//!   (a request head it cannot parse, or too large).
 //! - [`request_span`]: a `DEBUG` span and line per request, free at the
 //!   default level.
 //!
@@ -27,6 +29,7 @@
 //! [`server`].
 
 pub mod dashboard;
+pub mod early_errors;
 pub mod errors;
 pub mod health;
 pub mod history;
@@ -40,9 +43,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use actix_web::{App, HttpServer, dev::Server, web};
+use actix_web::{App, dev::Server, web};
 use overseer_core::{HealthReport, Overseer};
 use tokio::sync::watch;
+
+use crate::early_errors::JsonEarlyErrors;
 
 /// The largest request body accepted: no route takes one, so anything bigger is abuse.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -190,9 +195,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
 /// above all, then holds its socket's buffers for that long and no longer.
 /// actix-http does not poll a response whose client does not read, so nothing
 /// in the process can see such a client; the kernel can. An idle connection
-/// (nothing to send) is not affected. Over TLS the socket is not reachable
-/// here, and such a client stays until it closes (its memory is bounded all
-/// the same, see [`health::stream`]).
+/// (nothing to send) is not affected.
 fn close_when_stalled(tcp: &actix_web::rt::net::TcpStream, after: Duration) {
     #[cfg(target_os = "linux")]
     {
@@ -225,36 +228,101 @@ fn close_when_stalled(tcp: &actix_web::rt::net::TcpStream, after: Duration) {
 ///
 /// With `tls` (a rustls server configuration, as `[api] tls_cert` and `tls_key`
 /// make it), the same routes are served over HTTPS only.
+///
+/// It is actix-web's `HttpServer`, spelled out (actix-server, actix-http and
+/// the same defaults), for the one thing `HttpServer` cannot do: put each
+/// connection's socket in [`JsonEarlyErrors`], so that the errors actix-http
+/// answers before any handler runs have JSON bodies too; and, on the socket,
+/// [`close_when_stalled`].
 pub fn server(
     state: ApiState,
     listener: TcpListener,
     max_connections: usize,
     tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<Server> {
+    use actix_http::Protocol;
+    use actix_service::{ServiceFactoryExt, fn_service};
+    use actix_web::rt::net::TcpStream;
+
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::Data::new(state.clone()))
-            .wrap(request_span::RequestSpan)
-            .configure(routes)
-            .default_service(web::to(errors::not_found))
-    })
-    .disable_signals()
-    .shutdown_timeout(SHUTDOWN_TIMEOUT.as_secs())
-    .workers(workers)
-    // actix counts connections per worker.
-    .max_connections((max_connections / workers).max(1))
-    // A client that closes its end is gone: end its response (an SSE stream
-    // gives its place back at once, not at its next write).
-    .h1_allow_half_closed(false)
-    .on_connect(|connection, _| {
-        if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
-            close_when_stalled(tcp, health::STREAM_LAG_LIMIT);
+    let builder = Server::build()
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_TIMEOUT.as_secs())
+        .workers(workers)
+        // actix counts connections per worker.
+        .max_concurrent_connections((max_connections / workers).max(1));
+    let name = "overseer-api";
+    let builder = match tls {
+        None => builder.listen(name, listener, move || {
+            fn_service(|io: TcpStream| async move {
+                close_when_stalled(&io, health::STREAM_LAG_LIMIT);
+                let peer = io.peer_addr().ok();
+                Ok((JsonEarlyErrors::new(io), Protocol::Http1, peer))
+            })
+            .and_then(http_service(state.clone()))
+        })?,
+        Some(mut config) => {
+            // As actix-web's `listen_rustls_0_23`: HTTP/2 when the client offers it.
+            let mut protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            protocols.extend_from_slice(&config.alpn_protocols);
+            config.alpn_protocols = protocols;
+            builder.listen(name, listener, move || {
+                actix_tls::accept::rustls_0_23::Acceptor::new(config.clone())
+                    .map_err(|e| tracing::debug!(error = ?e, "a TLS handshake failed"))
+                    .and_then(fn_service(
+                        |io: actix_tls::accept::rustls_0_23::TlsStream<TcpStream>| async move {
+                            let (tcp, tls) = io.get_ref();
+                            close_when_stalled(tcp, health::STREAM_LAG_LIMIT);
+                            let peer = tcp.peer_addr().ok();
+                            let protocol = match tls.alpn_protocol() {
+                                Some(b"h2") => Protocol::Http2,
+                                _ => Protocol::Http1,
+                            };
+                            Ok((JsonEarlyErrors::new(io), protocol, peer))
+                        },
+                    ))
+                    .and_then(
+                        http_service(state.clone())
+                            .map_err(|e| tracing::debug!(error = ?e, "a connection failed")),
+                    )
+            })?
         }
-    });
-    let server = match tls {
-        Some(config) => server.listen_rustls_0_23(listener, config)?,
-        None => server.listen(listener)?,
     };
-    Ok(server.run())
+    Ok(builder.run())
+}
+
+/// The routes as actix-http's service of one connection, with actix-web's
+/// `HttpServer` defaults (keep-alive 5 s, 5 s for a request's head, 1 s for
+/// a client to close), and an SSE stream's end when its client closes its end
+/// (it gives its place back at once, not at its next write).
+fn http_service<T>(
+    state: ApiState,
+) -> impl actix_service::ServiceFactory<
+    (T, actix_http::Protocol, Option<std::net::SocketAddr>),
+    Config = (),
+    Response = (),
+    Error = actix_http::error::DispatchError,
+    InitError = (),
+>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    use actix_service::{IntoServiceFactory, ServiceFactoryExt, map_config};
+    let app = App::new()
+        .app_data(web::Data::new(state))
+        .wrap(request_span::RequestSpan)
+        .configure(routes)
+        .default_service(web::to(errors::not_found));
+    actix_http::HttpService::build()
+        .keep_alive(actix_http::KeepAlive::default())
+        .client_request_timeout(Duration::from_secs(5))
+        .client_disconnect_timeout(Duration::from_secs(1))
+        .h1_allow_half_closed(false)
+        .finish(map_config(
+            app.into_factory()
+                .map_err(|err: actix_web::Error| err.as_response_error().error_response()),
+            // No route builds URLs or reads the connection's info, so the
+            // app's configuration (host, scheme) is actix's default.
+            |_| actix_web::dev::AppConfig::default(),
+        ))
 }
