@@ -481,7 +481,10 @@ async fn requests_too_large_to_parse_get_the_json_error_every_other_error_has() 
             "{answer:?}"
         );
         let json: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
-        assert!(json["detail"].as_str().is_some_and(|d| !d.is_empty()), "{json}");
+        assert!(
+            json["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{json}"
+        );
     }
     // The service keeps serving, and its other answers are untouched.
     let (status, body) = get(&serving.url("/api/v2/monitor/health"));

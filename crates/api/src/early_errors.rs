@@ -161,3 +161,66 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for JsonEarlyErrors<T> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATE: &str = "date: Tue, 01 Dec 2026 14:37:00 GMT\r\n";
+
+    fn actix_error(status_line: &str) -> Vec<u8> {
+        format!("{status_line}\r\ncontent-length: 0\r\nconnection: close\r\n{DATE}\r\n")
+            .into_bytes()
+    }
+
+    #[test]
+    fn actix_https_bodiless_errors_get_a_json_body_and_keep_their_headers() {
+        for (status_line, detail) in [
+            ("HTTP/1.1 400 Bad Request", BAD_REQUEST_BODY),
+            (
+                "HTTP/1.1 431 Request Header Fields Too Large",
+                TOO_LARGE_BODY,
+            ),
+        ] {
+            let written = actix_error(status_line);
+            assert_eq!(find_error(&written), Some(0));
+            let (replaced, answer) = rewrite(&written).unwrap();
+            assert_eq!(replaced, written.len());
+            let answer = String::from_utf8(answer).unwrap();
+            let expected = format!(
+                "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 connection: close\r\n{DATE}\r\n{detail}",
+                detail.len()
+            );
+            assert_eq!(answer, expected);
+            let body: serde_json::Value = serde_json::from_str(detail).unwrap();
+            assert!(body["detail"].is_string());
+        }
+    }
+
+    #[test]
+    fn an_error_after_pipelined_answers_is_found_where_it_begins() {
+        let mut written = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec();
+        let at = written.len();
+        written.extend(actix_error("HTTP/1.1 400 Bad Request"));
+        assert_eq!(find_error(&written), Some(at));
+    }
+
+    #[test]
+    fn every_other_answer_passes_untouched() {
+        // A handler's 400 has a JSON body; a HEAD's answer has its GET's length.
+        for written in [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-length: 20\r\n\r\n{\"detail\":\"bad\"}    "[..],
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 20\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"data: HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n",
+        ] {
+            assert_eq!(
+                find_error(written),
+                None,
+                "{}",
+                String::from_utf8_lossy(written)
+            );
+        }
+    }
+}

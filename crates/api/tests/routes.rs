@@ -431,7 +431,12 @@ fn event_of(report: &overseer_core::HealthReport) -> Bytes {
 
 /// A report of `n` executors on as many hosts: tens of kilobytes of JSON.
 fn fleet_report(n: i32) -> overseer_core::HealthReport {
-    let mut rows = vec![support::row(1, overseer_core::JobType::SchedulerJob, 2, "sched-1")];
+    let mut rows = vec![support::row(
+        1,
+        overseer_core::JobType::SchedulerJob,
+        2,
+        "sched-1",
+    )];
     rows.extend((0..n).map(|i| {
         support::executor_row(
             10 + i,
@@ -458,7 +463,11 @@ async fn a_large_report_goes_out_in_bounded_pieces_of_one_shared_copy() {
     .await;
     let mut body = response.into_body();
     let (event, largest) = next_event(&mut body).await.unwrap();
-    assert_eq!(event, event_of(&big), "the pieces make the event, byte for byte");
+    assert_eq!(
+        event,
+        event_of(&big),
+        "the pieces make the event, byte for byte"
+    );
     assert!(
         largest <= overseer_api::health::EVENT_PIECE,
         "no piece is larger than {} bytes: {largest}",
