@@ -39,6 +39,7 @@ pub mod history;
 pub mod job;
 pub mod overseer;
 pub mod queued;
+pub mod reason;
 pub mod report;
 pub mod secret;
 pub mod stats;
