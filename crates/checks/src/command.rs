@@ -47,8 +47,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use overseer_core::reason;
+
+use crate::budget;
 use crate::error::{Error, Result};
-use crate::{budget, reason};
 
 /// The most output kept of each of standard output and standard error: the
 /// reason needs one line, and a probe that prints megabytes costs no memory.
@@ -256,18 +258,18 @@ impl CommandCheck {
             }
             Ok(Err(e)) => {
                 self.kill(&mut child, &group).await;
-                ExecutorHealth::unhealthy(reason::one_line(&format!(
+                ExecutorHealth::unhealthy(format!(
                     "check command {}: cannot wait for it: {e}",
                     self.inner.program
-                )))
+                ))
             }
             Err(_elapsed) => {
                 self.kill(&mut child, &group).await;
-                ExecutorHealth::unhealthy(reason::one_line(&format!(
+                ExecutorHealth::unhealthy(format!(
                     "check command {} timed out after {}",
                     self.inner.program,
                     short(self.inner.deadline)
-                )))
+                ))
             }
         }
     }
@@ -283,13 +285,16 @@ impl CommandCheck {
     /// The verdict of an exited program.
     fn judge(&self, status: ExitStatus, out: &[u8], err: &[u8]) -> ExecutorHealth {
         let program = &self.inner.program;
-        let said = || reason::first_line(out).or_else(|| reason::first_line(err));
+        // Sanitised here too, as the debug log below shows it.
+        let said = || {
+            reason::first_line(out)
+                .or_else(|| reason::first_line(err))
+                .map(|line| reason::sanitise_with(&self.inner.scrubber, &line))
+        };
         match status.code() {
             Some(0) => ExecutorHealth::Healthy,
             Some(1) => ExecutorHealth::unhealthy(said().unwrap_or_else(|| {
-                reason::one_line(&format!(
-                    "check command {program} exited with 1 and printed nothing"
-                ))
+                format!("check command {program} exited with 1 and printed nothing")
             })),
             Some(code) => {
                 tracing::debug!(
@@ -323,18 +328,24 @@ impl CommandCheck {
             io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
             _ => format!("cannot start: {e}"),
         };
-        reason::one_line(&format!("check command {program}: {why}"))
+        format!("check command {program}: {why}")
     }
 }
 
 #[async_trait::async_trait]
 impl HealthCheck for CommandCheck {
+    /// The verdict of [`Self::run`], its reason sanitised ([`reason`]) with
+    /// the command's credential arguments masked before it is cut.
     async fn get_health(&self) -> ExecutorHealth {
+        let scrubber = &self.inner.scrubber;
         match self.run().await {
             ExecutorHealth::Unhealthy { reason } => {
-                ExecutorHealth::unhealthy(self.inner.scrubber.scrub(&reason))
+                ExecutorHealth::unhealthy(reason::sanitise_with(scrubber, &reason))
             }
-            other => other,
+            ExecutorHealth::Unknown { reason } => {
+                ExecutorHealth::unknown(reason::sanitise_with(scrubber, &reason))
+            }
+            ExecutorHealth::Healthy => ExecutorHealth::Healthy,
         }
     }
 }

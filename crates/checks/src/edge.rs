@@ -21,6 +21,11 @@
 //! | no `edge_worker` table (the provider never migrated) | `unknown` |
 //! | the database does not answer within the deadline, or refuses | `unhealthy: cannot read the edge_worker table: ...` |
 //!
+//! Worker and queue names come from rows any client can write: in a reason
+//! each is cut to 40 characters, a list names a few and counts the rest
+//! (`and 8 more`), and the whole is one line of at most 240 characters
+//! ([`overseer_core::reason`]), whatever the names hold.
+//!
 //! When the verdict is `unhealthy`, its reason also names the workers that
 //! are `unknown` (no heartbeat for 5 heartbeats) while others are connected,
 //! and those whose `sysinfo` status is a warning or worse
@@ -65,6 +70,7 @@ use std::time::Duration;
 
 use overseer_core::detail::{QueueDetail, WorkerDetail};
 use overseer_core::duration::short;
+use overseer_core::reason;
 use overseer_core::secret::SecretUrl;
 use overseer_core::{Detail, Executor, ExecutorHealth, HealthCheck, Observation};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
@@ -74,9 +80,6 @@ use crate::budget;
 
 /// Connections the check keeps open: it runs two statements one after the other.
 const MAX_CONNECTIONS: u32 = 2;
-
-/// The most workers a reason names in one list before `and N more`.
-const MAX_NAMED: usize = 5;
 
 /// Python's `logging.WARNING`: a worker reporting this status or above is named.
 const WARNING: i64 = 30;
@@ -168,7 +171,7 @@ impl EdgeCheck {
                     if !self.warned_missing.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             instance = %self.instance,
-                            error = %self.database.scrub(&e.to_string()),
+                            error = %reason::sanitise(&self.database.scrub(&e.to_string())),
                             "the edge_worker and edge_job tables cannot be read: is the Edge \
                              provider installed and its tables migrated? The verdict stays unknown"
                         );
@@ -187,8 +190,10 @@ impl HealthCheck for EdgeCheck {
         self.observe().await.health
     }
 
+    /// The verdict of [`judge`], or why there is none; its reason and note
+    /// sanitised ([`reason`]) whichever it is.
     async fn observe(&self) -> Observation {
-        match tokio::time::timeout(self.deadline, self.read()).await {
+        let observation = match tokio::time::timeout(self.deadline, self.read()).await {
             Ok(Ok(Some(fleet))) => judge(&fleet, &self.queues, &self.instance),
             Ok(Ok(None)) => ExecutorHealth::unknown(
                 "the database has no edge_worker table (is the Edge provider installed and migrated?)",
@@ -202,7 +207,8 @@ impl HealthCheck for EdgeCheck {
                 short(self.deadline)
             ))
             .into(),
-        }
+        };
+        reason::sanitise_observation(observation)
     }
 }
 
@@ -392,14 +398,14 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
             .waiting
             .iter()
             .filter(|(_, n)| **n > 0)
-            .map(|(q, n)| format!("{q}: {n}"))
+            .map(|(q, n)| format!("{}: {n}", reason::name(q)))
             .collect();
-        per_queue.join(", ")
+        reason::list(per_queue)
     };
     let mut findings = Vec::new();
     if connected.is_empty() {
         if !workers.is_empty() {
-            let states = named(workers.iter().map(|w| format!("{}: {}", w.name, w.state)));
+            let states = reason::list(workers.iter().map(named_state));
             let mut finding = format!("every edge worker is unknown or offline ({states})");
             if waiting_total > 0 {
                 finding += &format!(" while {} ({})", wait(waiting_total), waiting_list());
@@ -418,11 +424,11 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
             if serving.iter().any(|w| w.takes_jobs()) {
                 continue;
             }
-            let waiting = format!("queue {queue}: {} waiting", jobs(count));
+            let waiting = format!("queue {}: {} waiting", reason::name(queue), jobs(count));
             if serving.is_empty() {
                 findings.push(format!("{waiting} and no connected edge worker serves it"));
             } else {
-                let paused = named(serving.iter().map(|w| format!("{}: {}", w.name, w.state)));
+                let paused = reason::list(serving.iter().map(|w| named_state(w)));
                 findings.push(format!(
                     "{waiting} and its edge workers take no jobs ({paused})"
                 ));
@@ -437,7 +443,10 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
         if !lost.is_empty() {
             concerns.push(format!(
                 "no heartbeat for 5 heartbeats from {}",
-                named(lost.iter().map(|w| format!("edge worker {}", w.name)))
+                reason::list(
+                    lost.iter()
+                        .map(|w| format!("edge worker {}", reason::name(&w.name)))
+                )
             ));
         }
     }
@@ -446,21 +455,38 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
         .filter(|w| w.status.is_some_and(|s| s >= WARNING))
     {
         let level = level_name(worker.status.unwrap_or_default());
+        let name = reason::name(&worker.name);
         concerns.push(match &worker.status_text {
-            Some(text) => format!("edge worker {} reports {level}: {text}", worker.name),
-            None => format!("edge worker {} reports {level}", worker.name),
+            Some(text) => format!(
+                "edge worker {name} reports {level}: {}",
+                reason::clip(text, reason::MAX_ITEM_CHARS)
+            ),
+            None => format!("edge worker {name} reports {level}"),
         });
     }
     let detail = detail(fleet, configured, instance);
-    if findings.is_empty() {
+    let observation = if findings.is_empty() {
         let observation = Observation::new(ExecutorHealth::Healthy, detail);
-        return match concerns.is_empty() {
+        match concerns.is_empty() {
             true => observation,
             false => observation.with_note(concerns.join("; ")),
-        };
-    }
-    findings.extend(concerns);
-    Observation::new(ExecutorHealth::unhealthy(findings.join("; ")), detail)
+        }
+    } else {
+        findings.extend(concerns);
+        Observation::new(ExecutorHealth::unhealthy(findings.join("; ")), detail)
+    };
+    // Names come from rows any client can write: each was cut above so the
+    // reason keeps its shape; the whole is made one bounded line here.
+    reason::sanitise_observation(observation)
+}
+
+/// `w1: offline`: a worker and its state, each cut as a name.
+fn named_state(worker: &EdgeWorker) -> String {
+    format!(
+        "{}: {}",
+        reason::name(&worker.name),
+        reason::name(&worker.state)
+    )
 }
 
 /// The detail of the module's doc: queues with their waiting jobs and takers,
@@ -527,19 +553,6 @@ fn wait(n: u64) -> String {
     } else {
         format!("{n} jobs wait")
     }
-}
-
-/// At most [`MAX_NAMED`] items, then `and N more`.
-fn named(items: impl Iterator<Item = String>) -> String {
-    let items: Vec<String> = items.collect();
-    if items.len() <= MAX_NAMED {
-        return items.join(", ");
-    }
-    format!(
-        "{}, and {} more",
-        items[..MAX_NAMED].join(", "),
-        items.len() - MAX_NAMED
-    )
 }
 
 /// Python's `logging.getLevelName`, lower-cased, for the levels a worker reports.

@@ -36,11 +36,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::duration::short;
-use overseer_core::secret::{SecretUrl, redact};
+use overseer_core::reason;
+use overseer_core::secret::{Scrubber, SecretUrl, redact};
 use overseer_core::{BlockingHealthCheck, Executor, ExecutorHealth};
 
+use crate::budget;
 use crate::error::{Error, Result};
-use crate::{budget, reason};
 
 /// Sent as `User-Agent`, so a probe's logs can tell Overseer's polls apart.
 const USER_AGENT: &str = concat!("overseer/", env!("CARGO_PKG_VERSION"), " (health check)");
@@ -138,8 +139,8 @@ impl HttpCheck {
 
     /// `GET <url> answered 503 Service Unavailable`.
     fn answered(&self, response: &ureq::Response) -> String {
-        let text = reason::one_line(response.status_text());
-        let line = format!("{} {text}", response.status());
+        // Sanitised (one line, cut) with the whole reason, in `get_health`.
+        let line = format!("{} {}", response.status(), response.status_text());
         format!("GET {} answered {}", self.url, line.trim_end())
     }
 
@@ -163,7 +164,7 @@ impl HttpCheck {
             (ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader, _) => {
                 "the answer is not HTTP".to_owned()
             }
-            _ => reason::one_line(&transport.to_string()),
+            _ => transport.to_string(),
         };
         // Never `{url}:`: a scrubber reads a URL up to white space, and would
         // take the colon for part of a masked query value.
@@ -180,8 +181,10 @@ impl BlockingHealthCheck for HttpCheck {
             Ok(response) | Err(ureq::Error::Status(_, response)) => self.answered(&response),
             Err(ureq::Error::Transport(transport)) => self.unreachable(&transport),
         };
-        // The URL's own secrets, wherever the server or the transport echoed them.
-        ExecutorHealth::unhealthy(self.url.scrub(&reason))
+        // The URL's own secrets, wherever the server or the transport echoed
+        // them, masked before the reason is cut.
+        let scrubber = Scrubber::default().with_url(&self.url);
+        ExecutorHealth::unhealthy(reason::sanitise_with(&scrubber, &reason))
     }
 }
 

@@ -16,6 +16,9 @@
 //! | HTTP `GET` | 2xx | any other status (the status line); refused, timed out, no such host | `https://`, until a TLS backend is chosen | the URL without its query, redacted |
 //! | Edge | a connected worker takes jobs from every queue where jobs wait | no worker connected while jobs wait; a queue with waiting jobs no connected worker serves; every worker `unknown`/`offline`; the database unreadable | no `edge_worker` table | `edge_worker@host:port/db` |
 //!
+//! Every reason, of every check, goes through [`overseer_core::reason`]: one
+//! line, at most 240 characters, lists cut with `and N more`, no credential.
+//!
 //! Each answers within its own deadline, a little inside the supervisor's
 //! `poll_timeout` (`budget`), so the verdict carries the real reason rather
 //! than the supervisor's `no reply within 5s`. Only the Edge check knows its
@@ -42,8 +45,6 @@
 //! - [`edge`]: [`EdgeCheck`], the `edge_worker` and `edge_job` rows read (sea-orm),
 //!   judged by one pure function ([`edge::judge`]).
 //! - `budget`: the deadline a check gives itself inside `poll_timeout`.
-//! - `reason`: a line of someone else's text made fit for a verdict's reason:
-//!   one line, bounded, no credential.
 //! - [`error`]: [`Error`], this crate's one error type: a check that cannot be
 //!   built from its configuration.
 
@@ -54,7 +55,6 @@ pub mod command;
 pub mod edge;
 pub mod error;
 pub mod http;
-mod reason;
 
 pub use command::CommandCheck;
 pub use edge::EdgeCheck;

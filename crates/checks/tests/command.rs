@@ -227,6 +227,29 @@ async fn a_token_given_as_an_argument_is_masked_in_the_reason() {
     );
 }
 
+/// A probe that echoes its token where the reason is cut: the token is masked
+/// before the cut, so not even its first characters show.
+#[tokio::test]
+async fn a_token_where_the_reason_is_cut_is_masked_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let pad = overseer_core::reason::MAX_CHARS - 6;
+    let body = format!("printf '%s \\033 %s\\n' \"$(printf 'x%.0s' $(seq {pad}))\" \"$2\"\nexit 1");
+    let path = script(dir.path(), "echoes", &body);
+    let health = verdict(
+        &argv(&[path.to_str().unwrap(), "--token", "s3cret-value"]),
+        POLL_TIMEOUT,
+    )
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = health else {
+        panic!("exit 1 is unhealthy: {health:?}");
+    };
+    assert!(!reason.contains("s3c"), "{reason}");
+    assert!(
+        reason.starts_with("xxxx") && reason.chars().count() <= 240,
+        "{reason}"
+    );
+}
+
 /// A probe that prints far more than the check keeps is read to its end (it
 /// never blocks on a full pipe) and answers at once.
 #[tokio::test]

@@ -229,3 +229,46 @@ async fn a_database_that_refuses_is_unhealthy_within_the_poll_timeout() {
         format!("edge_worker@127.0.0.1:{port}/airflow")
     );
 }
+
+/// Rows as a hostile client may write them where nothing bounds a name
+/// (SQLite ignores `VARCHAR(64)`): ten workers whose names are kilobytes with
+/// newlines. The reason is one line, capped, and counts the workers it left out.
+#[tokio::test]
+async fn huge_worker_names_with_newlines_give_one_bounded_line() {
+    let db = overseer_testkit::sqlite().await;
+    db.execute_script(&current_schema(db.backend)).await;
+    let mut script = Vec::new();
+    for i in 0..10 {
+        let name = format!(
+            "w{i}\n2026-12-01T00:00:00Z INFO forged {}",
+            "x".repeat(8000)
+        );
+        script.push(insert_worker(
+            false,
+            &name,
+            "offline",
+            "['default']",
+            NEW_SYSINFO,
+        ));
+        script.push(insert_job(
+            &format!("t{i}"),
+            "queued",
+            &format!("q{i}\n{}", "y".repeat(8000)),
+        ));
+    }
+    db.execute_script(&script.join("; ")).await;
+    let ExecutorHealth::Unhealthy { reason } = observe(&db).await.health else {
+        panic!("every worker offline while jobs wait is unhealthy");
+    };
+    assert!(!reason.contains(['\n', '\r']), "{reason:?}");
+    assert!(
+        reason.chars().count() <= overseer_core::reason::MAX_CHARS,
+        "{} characters",
+        reason.chars().count()
+    );
+    assert!(
+        reason.starts_with("every edge worker is unknown or offline (w0 2026-12-01T00:00:00Z INFO"),
+        "{reason}"
+    );
+    assert!(reason.contains(", and 8 more)"), "{reason}");
+}

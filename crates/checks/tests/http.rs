@@ -218,3 +218,44 @@ fn https_to_a_plain_http_server_says_it_does_not_speak_tls() {
         ))
     );
 }
+
+/// A status line as long as a server cares to send, with a tab, a terminal
+/// escape and the URL's own password where the cut falls: the reason is one
+/// line of at most 240 characters, and no part of the password shows.
+#[test]
+fn a_hostile_status_line_gives_one_bounded_line_without_the_password() {
+    const PASSWORD: &str = "hunter2secret";
+    let max = overseer_core::reason::MAX_CHARS;
+    // The port is not known before the server starts: the text is sized for
+    // a port of 5 digits (an ephemeral one), so that the password starts 7
+    // characters before the cap (`[2J ` and a space come before it).
+    let shown = "GET http://probe:***@127.0.0.1:65535/health answered 503 ";
+    let pad = max - shown.chars().count() - 12;
+    let status: &'static str = Box::leak(
+        format!(
+            "503 \x1b[2J\t{} {PASSWORD} {}",
+            "x".repeat(pad),
+            "y".repeat(5000)
+        )
+        .into_boxed_str(),
+    );
+    let server = Server::start(Behaviour::Status(status));
+    let url = format!("http://probe:{PASSWORD}@127.0.0.1:{}/health", server.port);
+    let ExecutorHealth::Unhealthy { reason } = check(&url).get_health() else {
+        panic!("503 is unhealthy");
+    };
+    assert!(
+        reason.chars().count() <= max,
+        "{} characters",
+        reason.chars().count()
+    );
+    assert!(!reason.contains(|c: char| c.is_control()), "{reason:?}");
+    assert!(!reason.contains("hunt"), "{reason}");
+    assert!(
+        reason.starts_with(&format!(
+            "GET http://probe:***@127.0.0.1:{}/health answered 503 [2J xxx",
+            server.port
+        )),
+        "{reason}"
+    );
+}

@@ -392,3 +392,52 @@ fn the_instance_is_the_database_without_credentials() {
         assert_eq!(super::instance(&SecretUrl::new(url)), instance, "{url}");
     }
 }
+
+/// Names from rows any client can write, huge and holding newlines: the
+/// reason stays one bounded line, and its lists say how many were left out.
+#[test]
+fn huge_names_with_newlines_give_one_bounded_line() {
+    let huge = |prefix: &str, i: usize| format!("{prefix}{i}\n{}", "x\r\n".repeat(3000));
+    let workers: Vec<EdgeWorker> = (0..10)
+        .map(|i| worker(&huge("w", i), "offline", None, None))
+        .collect();
+    let queues: Vec<String> = (0..10).map(|i| huge("q", i)).collect();
+    let waiting: Vec<(&str, u64)> = queues.iter().map(|q| (q.as_str(), 1)).collect();
+    let observed = judge(&fleet(workers, &waiting), &[], INSTANCE);
+    let ExecutorHealth::Unhealthy { reason } = &observed.health else {
+        panic!("every worker offline: {:?}", observed.health);
+    };
+    assert!(!reason.contains(['\n', '\r']), "{reason:?}");
+    assert!(reason.chars().count() <= reason::MAX_CHARS, "{reason}");
+    assert!(
+        reason.starts_with("every edge worker is unknown or offline (w0 x x x"),
+        "{reason}"
+    );
+    assert!(reason.contains(", and 8 more)"), "{reason}");
+
+    // One queue no connected worker serves, and workers reporting warnings
+    // with long texts: each name cut, the whole one line.
+    let mut serving = worker("ok", "idle", Some(&["default"][..]), Some(1));
+    serving.status = Some(30);
+    serving.status_text = Some(format!("slow\n{}", "disk ".repeat(5000)));
+    let observed = judge(&fleet(vec![serving], &[(&queues[0], 3)]), &[], INSTANCE);
+    let ExecutorHealth::Unhealthy { reason } = &observed.health else {
+        panic!("a queue nobody serves: {:?}", observed.health);
+    };
+    assert!(!reason.contains('\n'), "{reason:?}");
+    assert!(reason.chars().count() <= reason::MAX_CHARS, "{reason}");
+    assert!(
+        reason.contains(
+            "no connected edge worker serves it; edge worker ok reports warning: slow disk"
+        ),
+        "{reason}"
+    );
+
+    // A healthy verdict's note too.
+    let mut noisy = worker(&huge("w", 0), "idle", None, Some(1));
+    noisy.status = Some(40);
+    noisy.status_text = Some("e\n".repeat(10_000));
+    let observed = judge(&fleet(vec![noisy], &[]), &[], INSTANCE);
+    let note = observed.healthy_note().expect("a warning is noted");
+    assert!(!note.contains('\n') && note.chars().count() <= reason::MAX_CHARS);
+}
