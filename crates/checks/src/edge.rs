@@ -316,8 +316,10 @@ impl EdgeWorker {
 }
 
 /// The queues of a worker as the provider stores them: `str(list)` in Python,
-/// `['default', 'gpu']`. `None` for null, empty (`None` or `[]` in Python: every
-/// queue). Text that is no list is kept whole, as one queue's name.
+/// `['default', 'gpu']`, read back as the provider does (`ast.literal_eval`),
+/// escapes included: `['new\nline']` is the queue whose name holds a newline,
+/// as `edge_job.queue` holds it. `None` for null, empty (`None` or `[]` in
+/// Python: every queue). Text that is no list is kept whole, as one queue's name.
 pub fn python_list(text: &str) -> Option<Vec<String>> {
     let text = text.trim();
     let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) else {
@@ -335,7 +337,11 @@ pub fn python_list(text: &str) -> Option<Vec<String>> {
         loop {
             match chars.next() {
                 None => return Some(vec![text.to_owned()]),
-                Some('\\') => item.extend(chars.next()),
+                Some('\\') => {
+                    if unescape(&mut chars, &mut item).is_none() {
+                        return Some(vec![text.to_owned()]);
+                    }
+                }
                 Some(c) if c == quote => break,
                 Some(c) => item.push(c),
             }
@@ -343,6 +349,64 @@ pub fn python_list(text: &str) -> Option<Vec<String>> {
         items.push(item);
     }
     (!items.is_empty()).then_some(items)
+}
+
+/// One escape of a Python string literal, its backslash read: what Python
+/// makes of it, pushed to `item`. `None` where Python would refuse the
+/// literal (`\x` without two hex digits).
+///
+/// | written | read |
+/// | --- | --- |
+/// | `\\` `\'` `\"` | the character |
+/// | `\n` `\r` `\t` `\a` `\b` `\f` `\v` | the control character |
+/// | `\xhh` `\uhhhh` `\Uhhhhhhhh`, `\ooo` (octal) | that code point (`repr` writes these for the unprintable) |
+/// | backslash, newline | nothing (a continued line) |
+/// | any other | kept as written, backslash included (`\d`, `\N{...}`) |
+fn unescape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, item: &mut String) -> Option<()> {
+    let escaped = chars.next()?;
+    let c = match escaped {
+        '\\' | '\'' | '"' => escaped,
+        'n' => '\n',
+        'r' => '\r',
+        't' => '\t',
+        'a' => '\u{7}',
+        'b' => '\u{8}',
+        'f' => '\u{c}',
+        'v' => '\u{b}',
+        'x' => code_point(chars, 2, 16, None)?,
+        'u' => code_point(chars, 4, 16, None)?,
+        'U' => code_point(chars, 8, 16, None)?,
+        '0'..='7' => code_point(chars, 3, 8, escaped.to_digit(8))?,
+        '\n' => return Some(()),
+        other => {
+            item.push('\\');
+            other
+        }
+    };
+    item.push(c);
+    Some(())
+}
+
+/// The code point of an escape's digits in `radix`: hex takes exactly
+/// `digits`, octal 1 to `digits` (`first` already read).
+fn code_point(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    digits: usize,
+    radix: u32,
+    first: Option<u32>,
+) -> Option<char> {
+    let mut value = first.unwrap_or(0);
+    let mut read = usize::from(first.is_some());
+    while read < digits {
+        match chars.peek().and_then(|c| c.to_digit(radix)) {
+            Some(digit) => value = value * radix + digit,
+            None if radix == 8 => break,
+            None => return None,
+        }
+        chars.next();
+        read += 1;
+    }
+    char::from_u32(value)
 }
 
 /// Reads the fleet: two statements, on either schema of the provider.

@@ -230,6 +230,50 @@ async fn a_database_that_refuses_is_unhealthy_within_the_poll_timeout() {
     );
 }
 
+/// A queue whose name holds a newline, as the provider stores it: escaped in
+/// `edge_worker.queues` (`str(['new\nline'])`), the newline itself in
+/// `edge_job.queue`. The worker serves the jobs waiting there; the reason that
+/// names the queue when nobody serves it is one line.
+#[tokio::test]
+async fn a_queue_name_with_a_newline_keeps_its_meaning_on_every_backend() {
+    for db in all_backends().await {
+        let case = format!("{:?}", db.backend);
+        db.execute_script("DROP TABLE IF EXISTS edge_worker; DROP TABLE IF EXISTS edge_job")
+            .await;
+        db.execute_script(&current_schema(db.backend)).await;
+        // MySQL reads a backslash in a literal as an escape: doubled, it is stored as one.
+        let stored = match db.backend {
+            DbBackend::MySql => r"['new\\nline']",
+            _ => r"['new\nline']",
+        };
+        db.execute_script(&format!(
+            "{}; {}",
+            insert_worker(false, "edge-1", "idle", stored, NEW_SYSINFO),
+            insert_job("a", "queued", "new\nline"),
+        ))
+        .await;
+        let seen = observe(&db).await;
+        assert_eq!(seen.health, ExecutorHealth::Healthy, "{case}");
+        let workers = seen.detail.and_then(|d| d.workers).expect("workers");
+        assert_eq!(
+            workers[0].queues,
+            Some(vec!["new\nline".to_owned()]),
+            "{case}"
+        );
+
+        db.execute_script("UPDATE edge_worker SET state = 'offline'")
+            .await;
+        assert_eq!(
+            observe(&db).await.health,
+            ExecutorHealth::unhealthy(
+                "every edge worker is unknown or offline (edge-1: offline) \
+                 while 1 job waits (new line: 1)"
+            ),
+            "{case}"
+        );
+    }
+}
+
 /// Rows as a hostile client may write them where nothing bounds a name
 /// (SQLite ignores `VARCHAR(64)`): ten workers whose names are kilobytes with
 /// newlines. The reason is one line, capped, and counts the workers it left out.

@@ -393,6 +393,46 @@ fn the_instance_is_the_database_without_credentials() {
     }
 }
 
+/// `queues` as the provider writes them (`str(list)`, Python's `repr` of each
+/// name) and as it reads them back (`ast.literal_eval`): the pairs below are
+/// Python's own, printed by `str(['new\nline'])` and `ast.literal_eval(...)`.
+#[test]
+fn queue_names_keep_what_python_escaped() {
+    for (stored, names) in [
+        (r"['new\nline']", vec!["new\nline"]),
+        (r"['tab\there', 'cr\rx']", vec!["tab\there", "cr\rx"]),
+        (r"['back\\slash']", vec!["back\\slash"]),
+        (r#"['it\'s "both"']"#, vec!["it's \"both\""]),
+        (r"['bell\x07', 'del\x7f']", vec!["bell\u{7}", "del\u{7f}"]),
+        (
+            r"['zw\u200bsp', '\U0001f980crab']",
+            vec!["zw\u{200b}sp", "🦀crab"],
+        ),
+        ("['é名']", vec!["é名"]),
+        (r"['\101\0']", vec!["A\0"]),
+        // An escape Python does not know is kept, backslash and all.
+        (r"['\d']", vec!["\\d"]),
+    ] {
+        let want: Vec<String> = names.into_iter().map(str::to_owned).collect();
+        assert_eq!(python_list(stored), Some(want), "{stored}");
+    }
+    // What Python would refuse is no list: the text is one name, as before.
+    assert_eq!(
+        python_list(r"['bad\x4']"),
+        Some(vec![r"['bad\x4']".to_owned()])
+    );
+}
+
+/// A worker serving the queue `new\nline` (stored escaped) takes the jobs that
+/// wait in it (`edge_job.queue` holds the newline itself).
+#[test]
+fn a_queue_whose_name_holds_a_newline_is_served_by_its_worker() {
+    let mut worker = worker("w1", "idle", None, Some(4));
+    worker.queues = python_list(r"['new\nline']");
+    let observed = judge(&fleet(vec![worker], &[("new\nline", 2)]), &[], INSTANCE);
+    assert_eq!(observed.health, ExecutorHealth::Healthy);
+}
+
 /// Names from rows any client can write, huge and holding newlines: the
 /// reason stays one bounded line, and its lists say how many were left out.
 #[test]
