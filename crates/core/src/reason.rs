@@ -11,7 +11,7 @@
 //! | credentials | every URL's password masked ([`crate::secret::scrub`]), and the secrets a check knows ([`Scrubber`]); **before** the text is cut | a cut through a password would leave a prefix no scrubber recognises |
 //! | control characters (`\n`, `\r`, `\t`, `\x1b`, DEL, C1), line and paragraph separators (U+2028, U+2029), bidirectional overrides | each run becomes one space (none beside a space already there); white space at either end is trimmed | a newline forges a log line in the plain log format; an escape recolours a terminal; an override reverses what an operator reads |
 //! | length | at most [`MAX_CHARS`] characters, the last one `…` when cut | see below |
-//! | lists of names | at most [`MAX_NAMED`] items and [`MAX_LIST_CHARS`] characters, each item at most [`MAX_ITEM_CHARS`], then `and N more` ([`list`]) | the count survives the cut |
+//! | lists of names | at most [`MAX_NAMED`] items and [`MAX_LIST_CHARS`] characters, each item of several at most [`MAX_ITEM_CHARS`], then `and N more` ([`list`]); a list of one keeps it whole | the count survives the cut; one broker's long error is not cut short |
 //!
 //! # The cap
 //! The column is `TEXT` on every backend. PostgreSQL's and SQLite's hold a
@@ -87,15 +87,20 @@ pub fn name(text: &str) -> String {
     clip(text, MAX_NAME_CHARS)
 }
 
-/// Items separated by `, `: each cut to [`MAX_ITEM_CHARS`], at most
-/// [`MAX_NAMED`] of them in at most [`MAX_LIST_CHARS`] characters (the first
-/// always), then `, and N more`.
+/// Items separated by `, `: at most [`MAX_NAMED`] of them in at most
+/// [`MAX_LIST_CHARS`] characters (the first always), each cut to
+/// [`MAX_ITEM_CHARS`], then `, and N more`. A list of one item is that item,
+/// one line, uncut: the reason's own cap is its bound.
 pub fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
     list_with(items, ", ")
 }
 
 /// [`list`] with another separator (`; ` between sentences).
 pub fn list_with<S: AsRef<str>>(items: impl IntoIterator<Item = S>, separator: &str) -> String {
+    let items: Vec<S> = items.into_iter().collect();
+    if let [only] = items.as_slice() {
+        return clip(only.as_ref(), usize::MAX);
+    }
     let mut shown = String::new();
     let (mut named, mut chars, mut more) = (0, 0, 0usize);
     for item in items {
@@ -306,9 +311,12 @@ mod tests {
         assert!(shown.chars().count() <= MAX_LIST_CHARS + ", and 10 more".len());
         assert!(shown.starts_with("worker0 zzz"), "{shown}");
         assert!(shown.ends_with(", and 8 more"), "{shown}");
-        // The first item is always named, however long.
-        let one = list([&"q".repeat(500)]);
-        assert_eq!(one.chars().count(), MAX_ITEM_CHARS);
+        // The first item is always named, however long; alone, it is whole.
+        let first = list(["q".repeat(500), "r".repeat(500), "s".repeat(500)]);
+        let cut = |c: &str| format!("{}…", c.repeat(MAX_ITEM_CHARS - 1));
+        assert_eq!(first, format!("{}, {}, and 1 more", cut("q"), cut("r")));
+        let one = list([format!("{}\n", "q".repeat(500))]);
+        assert_eq!(one, "q".repeat(500));
     }
 
     #[test]
