@@ -20,7 +20,7 @@ use std::time::Duration;
 use chrono::Utc;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::SecretUrl;
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation, reason};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -421,11 +421,13 @@ impl HealthCheck for CeleryCheck {
         let note = (probe.health == ExecutorHealth::Healthy)
             .then(|| probe.reason.clone())
             .flatten();
-        let observation = Observation {
+        // The reason and note were sanitised by `verdict`; again here, at the
+        // check's exit, whatever path made them.
+        let observation = reason::sanitise_observation(Observation {
             health: probe.health.clone(),
             detail: (!detail.is_empty()).then_some(detail),
             note,
-        };
+        });
         *self
             .inner
             .latest

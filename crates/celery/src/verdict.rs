@@ -3,15 +3,35 @@
 //! - no broker answered: `unhealthy`, with every broker's reason;
 //! - fewer workers answered the ping than `min_workers`: `unhealthy`;
 //! - else `healthy`, noting the failover brokers that did not answer, if any.
+//!
+//! Every reason and note goes through [`overseer_core::reason`]: a server's
+//! error text is one line, a failover list of many brokers names a few and
+//! counts the rest (`; and 7 more`), and the whole is at most 240 characters.
+//! The brokers' reasons arrive with their passwords already masked.
 
 use std::time::Duration;
 
-use overseer_core::{ExecutorHealth, duration};
+use overseer_core::{ExecutorHealth, duration, reason};
 
 use crate::detail::{BrokerReport, BrokerStatus, WorkerPing};
 
-/// The verdict and its reason. `window` is how long the ping waited, for the reason.
+/// The verdict and its reason (for a healthy verdict, its note), sanitised.
+/// `window` is how long the ping waited, for the reason.
 pub(crate) fn verdict(
+    brokers: &[BrokerReport],
+    workers: Option<&WorkerPing>,
+    window: Duration,
+    min_workers: u32,
+) -> (ExecutorHealth, Option<String>) {
+    let (health, reason) = judge(brokers, workers, window, min_workers);
+    (
+        reason::sanitise_verdict(health),
+        reason.map(|reason| reason::sanitise(&reason)),
+    )
+}
+
+/// The rules of the module's doc, on the brokers' and workers' answers.
+fn judge(
     brokers: &[BrokerReport],
     workers: Option<&WorkerPing>,
     window: Duration,
@@ -33,14 +53,12 @@ pub(crate) fn verdict(
                 _ => None,
             })
             .collect();
-        let why = unchecked.join("; ");
+        let why = reason::list_with(unchecked, "; ");
         return (ExecutorHealth::unknown(why.clone()), Some(why));
     }
     if !answered {
-        return (
-            ExecutorHealth::unhealthy(failed.join("; ")),
-            Some(failed.join("; ")),
-        );
+        let why = reason::list_with(&failed, "; ");
+        return (ExecutorHealth::unhealthy(why.clone()), Some(why));
     }
     if let Some(ping) = workers {
         let count = ping.answered.len();
@@ -50,7 +68,7 @@ pub(crate) fn verdict(
                 duration::short(window)
             );
             if !ping.errors.is_empty() {
-                reason = format!("{reason} ({})", ping.errors.join("; "));
+                reason = format!("{reason} ({})", reason::list_with(&ping.errors, "; "));
             }
             return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
         }
@@ -58,8 +76,77 @@ pub(crate) fn verdict(
     let note = (!failed.is_empty()).then(|| {
         format!(
             "healthy through failover; not answering: {}",
-            failed.join("; ")
+            reason::list_with(&failed, "; ")
         )
     });
     (ExecutorHealth::Healthy, note)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(broker: &str, reason: &str) -> BrokerReport {
+        BrokerReport {
+            broker: broker.into(),
+            status: BrokerStatus::Failed(reason.into()),
+            queues: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn reasons_and_notes_are_one_bounded_line() {
+        let window = Duration::from_secs(1);
+        let hostile = |i: usize| {
+            failed(
+                &format!("redis://b{i}:6379/0"),
+                &format!(
+                    "broker redis://b{i}:6379/0 failed: ERR\n{}",
+                    "x".repeat(5000)
+                ),
+            )
+        };
+        let down: Vec<BrokerReport> = (0..8).map(hostile).collect();
+        let (health, reason) = verdict(&down, None, window, 0);
+        let ExecutorHealth::Unhealthy { reason: said } = &health else {
+            panic!("no broker answered: {health:?}");
+        };
+        assert_eq!(reason.as_deref(), Some(said.as_str()));
+        assert!(!said.contains('\n') && said.chars().count() <= reason::MAX_CHARS);
+        assert!(
+            said.starts_with("broker redis://b0:6379/0 failed: ERR xxx"),
+            "{said}"
+        );
+        assert!(said.ends_with("; and 6 more"), "{said}");
+
+        // Healthy through failover: the note is bounded the same way.
+        let mut through = vec![BrokerReport {
+            broker: "redis://ok:6379/0".into(),
+            status: BrokerStatus::Answered,
+            queues: Vec::new(),
+        }];
+        through.extend((0..8).map(hostile));
+        let (health, note) = verdict(&through, None, window, 0);
+        assert_eq!(health, ExecutorHealth::Healthy);
+        let note = note.expect("the brokers that did not answer are noted");
+        assert!(!note.contains('\n') && note.chars().count() <= reason::MAX_CHARS);
+        assert!(note.ends_with("; and 6 more"), "{note}");
+
+        // Too few workers, every ping failing with a long error.
+        let ping = WorkerPing {
+            errors: (0..6)
+                .map(|i| format!("ping {i}:\r\n{}", "e".repeat(3000)))
+                .collect(),
+            ..WorkerPing::default()
+        };
+        let (health, _) = verdict(&through[..1], Some(&ping), window, 2);
+        let ExecutorHealth::Unhealthy { reason: said } = &health else {
+            panic!("too few workers: {health:?}");
+        };
+        assert!(!said.contains(['\r', '\n']) && said.chars().count() <= reason::MAX_CHARS);
+        assert!(
+            said.starts_with("0 of at least 2 workers answered ping within 1s (ping 0: eee"),
+            "{said}"
+        );
+    }
 }
