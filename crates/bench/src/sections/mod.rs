@@ -6,4 +6,5 @@ pub mod celery;
 pub mod detection;
 pub mod http;
 pub mod main_loop;
+pub mod probe;
 pub mod scale;
