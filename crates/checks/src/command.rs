@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | exits 0 | `healthy` |
 //! | exits 1 | `unhealthy`, the reason its first non-empty line of standard output, else of standard error (else `check command /p exited with 1 and printed nothing`) |
+//! | writes more than [`MAX_OUTPUT`] to either stream (`yes`) | `unhealthy: check command yes printed more than 64 KiB and was stopped; its first line: y`, at once: it is killed with its group and reaped, whatever it would have exited with |
 //! | exits with any other code (2 is the convention), or dies of a signal we did not send | `unknown`; what it said is logged at debug, as the report keeps no reason for `unknown` |
 //! | does not exist | `unhealthy: check command /x/y: not found`: a check that cannot run is a fault someone must fix, and `unknown` would hide it |
 //! | cannot be run (not executable, ...) | `unhealthy: check command /x/y: permission denied` (or what the system said) |
@@ -14,9 +15,13 @@
 //!   gets its arguments as they are written. A bare name is looked up in `PATH`, a
 //!   relative path from Overseer's working folder. The program inherits Overseer's
 //!   environment and working folder; its standard input is `/dev/null`.
-//! - Its output is read as it comes: at most [`MAX_OUTPUT`] of each stream is
-//!   kept, the rest read and dropped, so the program never blocks on a full pipe
-//!   and never costs Overseer more than that.
+//! - Its output is read as it comes, up to [`MAX_OUTPUT`] of each stream: all
+//!   the reason needs, and a program that writes less never blocks on a full
+//!   pipe. One that writes more is stopped there: nothing more is read, its
+//!   group is killed (as at the deadline, while it is still unreaped) and the
+//!   verdict says so. A probe that floods costs Overseer 64 KiB of reading, not
+//!   a core until the deadline; and neither a probe that ignores `SIGPIPE` nor
+//!   one that blocks on the full pipe is left running to its deadline.
 //! - It runs in a process group of its own. At the deadline (`budget`: 90 % of
 //!   `poll_timeout`) the whole group is killed with `SIGKILL`, so a script's own
 //!   children die with it, and the program is reaped before the check answers.
@@ -241,14 +246,18 @@ impl CommandCheck {
         // its leader is still unreaped, and its id cannot have been reused.
         let group = Group::of(&child);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut out, mut err) = (Captured::default(), Captured::default());
         let ran = tokio::time::timeout_at(
             deadline,
             run_to_exit(&mut child, &group, stdout, stderr, &mut out, &mut err),
         )
         .await;
         match ran {
-            Ok(Ok(exit)) => {
+            Ok(Ok(Ended::Flooded)) => {
+                self.kill(&mut child, &group).await;
+                self.flooded(&out, &err)
+            }
+            Ok(Ok(Ended::Exited(exit))) => {
                 if !exit.pipes_closed {
                     // A process it left behind holds its output: the group still
                     // exists through it, so its id is still ours to kill.
@@ -283,12 +292,12 @@ impl CommandCheck {
     }
 
     /// The verdict of an exited program.
-    fn judge(&self, status: ExitStatus, out: &[u8], err: &[u8]) -> ExecutorHealth {
+    fn judge(&self, status: ExitStatus, out: &Captured, err: &Captured) -> ExecutorHealth {
         let program = &self.inner.program;
         // Sanitised here too, as the debug log below shows it.
         let said = || {
-            reason::first_line(out)
-                .or_else(|| reason::first_line(err))
+            reason::first_line(&out.kept)
+                .or_else(|| reason::first_line(&err.kept))
                 .map(|line| reason::sanitise_with(&self.inner.scrubber, &line))
         };
         match status.code() {
@@ -314,6 +323,19 @@ impl CommandCheck {
                 ))
             }
         }
+    }
+
+    /// The verdict of a program stopped for writing more than [`MAX_OUTPUT`].
+    fn flooded(&self, out: &Captured, err: &Captured) -> ExecutorHealth {
+        let program = &self.inner.program;
+        let kib = MAX_OUTPUT / 1024;
+        let stopped =
+            format!("check command {program} printed more than {kib} KiB and was stopped");
+        let line = reason::first_line(&out.kept).or_else(|| reason::first_line(&err.kept));
+        ExecutorHealth::unhealthy(match line {
+            Some(line) => format!("{stopped}; its first line: {line}"),
+            None => stopped,
+        })
     }
 
     /// Why the program could not be started, as a reason.
@@ -350,6 +372,15 @@ impl HealthCheck for CommandCheck {
     }
 }
 
+/// How [`run_to_exit`] ended.
+enum Ended {
+    /// The program exited.
+    Exited(Exit),
+    /// It wrote more than [`MAX_OUTPUT`] to a stream while it ran; it is still
+    /// unreaped, for its caller to kill.
+    Flooded,
+}
+
 /// How the program ended, once it has.
 struct Exit {
     status: ExitStatus,
@@ -358,18 +389,20 @@ struct Exit {
 }
 
 /// Reads the program's output while it runs, until it has exited and its pipes
-/// have closed (or [`PIPE_GRACE`] after it exited). Unbounded in time: the caller
-/// holds the deadline.
+/// have closed (or [`PIPE_GRACE`] after it exited), or until a stream has
+/// given more than [`MAX_OUTPUT`]. Unbounded in time: the caller holds the
+/// deadline.
 async fn run_to_exit(
     child: &mut Child,
     group: &Group,
     stdout: Option<impl AsyncRead + Unpin>,
     stderr: Option<impl AsyncRead + Unpin>,
-    out: &mut Vec<u8>,
-    err: &mut Vec<u8>,
-) -> io::Result<Exit> {
+    out: &mut Captured,
+    err: &mut Captured,
+) -> io::Result<Ended> {
+    // Ends at the first stream to flood, without waiting for the other.
     let reading = async {
-        tokio::join!(drain(stdout, out), drain(stderr, err));
+        tokio::try_join!(read_up_to_max(stdout, out), read_up_to_max(stderr, err)).map(|_| ())
     };
     let exiting = async {
         let status = child.wait().await;
@@ -380,30 +413,55 @@ async fn run_to_exit(
     tokio::pin!(reading, exiting);
     let status = tokio::select! {
         status = &mut exiting => status?,
-        () = &mut reading => {
-            return Ok(Exit { status: exiting.await?, pipes_closed: true });
+        read = &mut reading => {
+            if read.is_err() {
+                return Ok(Ended::Flooded);
+            }
+            let status = exiting.await?;
+            return Ok(Ended::Exited(Exit { status, pipes_closed: true }));
         }
     };
-    let pipes_closed = tokio::time::timeout(PIPE_GRACE, &mut reading).await.is_ok();
-    Ok(Exit {
+    // A process it left behind that still writes (floods) holds the pipes too.
+    let pipes_closed = matches!(
+        tokio::time::timeout(PIPE_GRACE, &mut reading).await,
+        Ok(Ok(()))
+    );
+    Ok(Ended::Exited(Exit {
         status,
         pipes_closed,
-    })
+    }))
 }
 
-/// Reads `pipe` to its end, keeping at most [`MAX_OUTPUT`] bytes in `kept`.
-/// What it read stays in `kept` even if it is dropped before the end.
-async fn drain(pipe: Option<impl AsyncRead + Unpin>, kept: &mut Vec<u8>) {
+/// What was read of one output stream: its first [`MAX_OUTPUT`] bytes at most.
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+}
+
+/// A stream gave more than [`MAX_OUTPUT`]: reading stopped there.
+#[derive(Debug)]
+struct Flooded;
+
+/// Reads `pipe` to its end, keeping what it gives in `captured`; stops with
+/// [`Flooded`] at the first byte past [`MAX_OUTPUT`], reading nothing more.
+/// What it read stays in `captured` even if it is dropped before the end.
+async fn read_up_to_max(
+    pipe: Option<impl AsyncRead + Unpin>,
+    captured: &mut Captured,
+) -> std::result::Result<(), Flooded> {
     let Some(mut pipe) = pipe else {
-        return;
+        return Ok(());
     };
     let mut chunk = [0u8; 8 * 1024];
     loop {
         match pipe.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return Ok(()),
             Ok(n) => {
-                let room = MAX_OUTPUT.saturating_sub(kept.len());
-                kept.extend_from_slice(&chunk[..n.min(room)]);
+                let room = MAX_OUTPUT.saturating_sub(captured.kept.len());
+                captured.kept.extend_from_slice(&chunk[..n.min(room)]);
+                if n > room {
+                    return Err(Flooded);
+                }
             }
         }
     }

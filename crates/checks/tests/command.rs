@@ -201,7 +201,7 @@ async fn the_reason_is_one_bounded_line_without_credentials() {
         ExecutorHealth::unhealthy("broker redis://:***@broker:6379/0 refused [0m")
     );
     let ExecutorHealth::Unhealthy { reason } =
-        run_script("head -c 100000 /dev/zero | tr '\\0' x\nexit 1").await
+        run_script("head -c 60000 /dev/zero | tr '\\0' x\nexit 1").await
     else {
         panic!("exit 1 is unhealthy");
     };
@@ -250,17 +250,60 @@ async fn a_token_where_the_reason_is_cut_is_masked_whole() {
     );
 }
 
-/// A probe that prints far more than the check keeps is read to its end (it
-/// never blocks on a full pipe) and answers at once.
+/// A probe that prints far more than the check keeps is stopped at what is
+/// kept: the verdict says so, with its first line.
 #[tokio::test]
-async fn a_probe_that_prints_megabytes_is_not_blocked() {
-    let started = Instant::now();
-    assert_eq!(
-        run_script("echo first\nhead -c 4000000 /dev/zero\nhead -c 4000000 /dev/zero >&2\nexit 1")
-            .await,
-        ExecutorHealth::unhealthy("first")
+async fn a_probe_that_prints_megabytes_is_stopped_at_what_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        "probe",
+        "echo first\nhead -c 4000000 /dev/zero\nhead -c 4000000 /dev/zero >&2\nexit 1",
     );
-    assert!(started.elapsed() < POLL_TIMEOUT, "{:?}", started.elapsed());
+    assert_eq!(
+        verdict(&argv(&[path.to_str().unwrap()]), POLL_TIMEOUT).await,
+        ExecutorHealth::unhealthy(format!(
+            "check command {} printed more than 64 KiB and was stopped; its first line: first",
+            path.display()
+        ))
+    );
+}
+
+/// `check_command = ["yes"]`: a probe that never stops writing. The check
+/// reads what it keeps, then stops it: the verdict names its first line (not
+/// `timed out`: it did not wait for the deadline), and nothing is left behind.
+#[tokio::test]
+async fn a_probe_that_floods_is_stopped_and_reaped_without_waiting_for_its_deadline() {
+    let marker = marker();
+    let health = verdict(&argv(&["yes", &marker]), POLL_TIMEOUT).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "check command yes printed more than 64 KiB and was stopped; its first line: {marker}"
+        ))
+    );
+    assert_eq!(our_zombies(), Vec::<u32>::new(), "reaped before the answer");
+    assert_nothing_left(&marker).await;
+}
+
+/// A flooding probe that ignores `SIGPIPE`, and its children, flooding
+/// standard error: stopped the same way, the whole group with it.
+#[tokio::test]
+async fn a_flooding_probe_that_ignores_sigpipe_is_stopped_with_its_children() {
+    let marker = marker();
+    let health = run_script(&format!(
+        "trap '' PIPE\nsleep {marker} &\necho 'flooding stderr' >&2\nwhile :; do echo x >&2; done"
+    ))
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = health else {
+        panic!("a flood is unhealthy: {health:?}");
+    };
+    assert!(
+        reason
+            .ends_with("printed more than 64 KiB and was stopped; its first line: flooding stderr"),
+        "{reason}"
+    );
+    assert_nothing_left(&marker).await;
 }
 
 #[tokio::test]
