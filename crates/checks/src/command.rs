@@ -246,7 +246,7 @@ impl CommandCheck {
         // its leader is still unreaped, and its id cannot have been reused.
         let group = Group::of(&child);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let (mut out, mut err) = (Captured::default(), Captured::default());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
         let ran = tokio::time::timeout_at(
             deadline,
             run_to_exit(&mut child, &group, stdout, stderr, &mut out, &mut err),
@@ -292,12 +292,12 @@ impl CommandCheck {
     }
 
     /// The verdict of an exited program.
-    fn judge(&self, status: ExitStatus, out: &Captured, err: &Captured) -> ExecutorHealth {
+    fn judge(&self, status: ExitStatus, out: &[u8], err: &[u8]) -> ExecutorHealth {
         let program = &self.inner.program;
         // Sanitised here too, as the debug log below shows it.
         let said = || {
-            reason::first_line(&out.kept)
-                .or_else(|| reason::first_line(&err.kept))
+            reason::first_line(out)
+                .or_else(|| reason::first_line(err))
                 .map(|line| reason::sanitise_with(&self.inner.scrubber, &line))
         };
         match status.code() {
@@ -326,12 +326,12 @@ impl CommandCheck {
     }
 
     /// The verdict of a program stopped for writing more than [`MAX_OUTPUT`].
-    fn flooded(&self, out: &Captured, err: &Captured) -> ExecutorHealth {
+    fn flooded(&self, out: &[u8], err: &[u8]) -> ExecutorHealth {
         let program = &self.inner.program;
         let kib = MAX_OUTPUT / 1024;
         let stopped =
             format!("check command {program} printed more than {kib} KiB and was stopped");
-        let line = reason::first_line(&out.kept).or_else(|| reason::first_line(&err.kept));
+        let line = reason::first_line(out).or_else(|| reason::first_line(err));
         ExecutorHealth::unhealthy(match line {
             Some(line) => format!("{stopped}; its first line: {line}"),
             None => stopped,
@@ -397,8 +397,8 @@ async fn run_to_exit(
     group: &Group,
     stdout: Option<impl AsyncRead + Unpin>,
     stderr: Option<impl AsyncRead + Unpin>,
-    out: &mut Captured,
-    err: &mut Captured,
+    out: &mut Vec<u8>,
+    err: &mut Vec<u8>,
 ) -> io::Result<Ended> {
     // Ends at the first stream to flood, without waiting for the other.
     let reading = async {
@@ -432,22 +432,16 @@ async fn run_to_exit(
     }))
 }
 
-/// What was read of one output stream: its first [`MAX_OUTPUT`] bytes at most.
-#[derive(Debug, Default)]
-struct Captured {
-    kept: Vec<u8>,
-}
-
 /// A stream gave more than [`MAX_OUTPUT`]: reading stopped there.
 #[derive(Debug)]
 struct Flooded;
 
-/// Reads `pipe` to its end, keeping what it gives in `captured`; stops with
+/// Reads `pipe` to its end, keeping what it gives in `kept`; stops with
 /// [`Flooded`] at the first byte past [`MAX_OUTPUT`], reading nothing more.
-/// What it read stays in `captured` even if it is dropped before the end.
+/// What it read stays in `kept` even if it is dropped before the end.
 async fn read_up_to_max(
     pipe: Option<impl AsyncRead + Unpin>,
-    captured: &mut Captured,
+    kept: &mut Vec<u8>,
 ) -> std::result::Result<(), Flooded> {
     let Some(mut pipe) = pipe else {
         return Ok(());
@@ -457,8 +451,8 @@ async fn read_up_to_max(
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => return Ok(()),
             Ok(n) => {
-                let room = MAX_OUTPUT.saturating_sub(captured.kept.len());
-                captured.kept.extend_from_slice(&chunk[..n.min(room)]);
+                let room = MAX_OUTPUT.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
                 if n > room {
                     return Err(Flooded);
                 }
