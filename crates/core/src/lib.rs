@@ -23,8 +23,10 @@
 //! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
 //! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
 //! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
+//! - [`reason`]: the one sanitiser of every reason: one line, capped, lists counted.
 //! - [`connect`]: the database pool's options, one set for every caller.
-//! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`).
+//! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`); cutoffs
+//!   that never overflow ([`duration::before`]).
 //! - [`error`]: this crate's one error type and its `Result` alias.
 
 pub mod actors;

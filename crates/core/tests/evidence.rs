@@ -191,3 +191,74 @@ async fn a_healthy_verdict_s_note_is_its_reason_in_the_report_and_the_row() {
     .await;
     overseer.shutdown().await.unwrap();
 }
+
+/// A check of someone else's (embedded Overseer) whose reason is 100 KB over
+/// many lines, and one that panics with such a message: the report's reason is
+/// one line of at most [`overseer_core::reason::MAX_CHARS`] characters either way.
+#[derive(Clone)]
+struct Rambling {
+    panics: bool,
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Rambling {
+    async fn get_health(&self) -> ExecutorHealth {
+        let text = "broker said:\nERR fake log line\r\n\x1b[31m".repeat(2_500);
+        if self.panics {
+            panic!("{text}");
+        }
+        ExecutorHealth::unhealthy(text)
+    }
+}
+
+#[tokio::test]
+async fn any_check_s_reason_reaches_the_report_on_one_line_and_capped() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = quick(&db.url, "rambling-host")
+        .executor(Executor::new(
+            "RamblingExecutor",
+            Rambling { panics: false },
+        ))
+        .executor(Executor::new(
+            "PanickingExecutor",
+            Rambling { panics: true },
+        ))
+        .start()
+        .await
+        .unwrap();
+    // Both checks' own verdicts (a poll that timed out says "no reply" instead).
+    let report = report_until(&overseer, "both checks' verdicts", |r| {
+        r.executor.as_ref().is_some_and(|e| {
+            e.instances
+                .iter()
+                .filter(|i| {
+                    matches!(&i.health, ExecutorHealth::Unhealthy { reason } if reason.contains("broker said"))
+                })
+                .count()
+                == 2
+        })
+    })
+    .await;
+    for instance in &report.executor.as_ref().unwrap().instances {
+        let ExecutorHealth::Unhealthy { reason } = &instance.health else {
+            unreachable!()
+        };
+        assert!(
+            reason.chars().count() <= overseer_core::reason::MAX_CHARS,
+            "{}: {} characters",
+            instance.executor.as_deref().unwrap_or_default(),
+            reason.chars().count()
+        );
+        assert!(
+            !reason.chars().any(char::is_control),
+            "{}: {reason:?}",
+            instance.executor.as_deref().unwrap_or_default()
+        );
+        assert!(
+            reason.contains("broker said: ERR fake log line"),
+            "{reason}"
+        );
+    }
+    overseer.shutdown().await.unwrap();
+}

@@ -359,7 +359,9 @@ impl Handler<CheckHealth> for ExecutorActor {
                 .map(move |outcome, act, ctx| {
                     act.running = false;
                     let waiting = std::mem::take(&mut act.waiting);
-                    let answer = match outcome {
+                    // The last guard, whoever wrote the check: one line, capped
+                    // ([`crate::reason`]), flow findings and panics included.
+                    let answer = crate::reason::sanitise_observation(match outcome {
                         Ok(observation) => {
                             act.tripped = false;
                             act.next_backoff = act.policy.backoff;
@@ -370,14 +372,15 @@ impl Handler<CheckHealth> for ExecutorActor {
                             act.judge(observation.scrubbed())
                         }
                         Err(message) => {
-                            let message = crate::secret::scrub(&message);
+                            // One line in the log too: a panic's text may hold newlines.
+                            let message = crate::reason::sanitise(&message);
                             ExecutorStats::bump(&act.stats.panics);
                             tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
                             ctx.stop();
                             ExecutorHealth::unhealthy(format!("health check panicked: {message}"))
                                 .into()
                         }
-                    };
+                    });
                     reply.send(answer.clone());
                     for waiting in waiting {
                         waiting.send(answer.clone());
