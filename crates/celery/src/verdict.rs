@@ -2,6 +2,7 @@
 //! - no broker checked at all (TLS, a transport with no check yet): `unknown`, saying why;
 //! - no broker answered: `unhealthy`, with every broker's reason;
 //! - fewer workers answered the ping than `min_workers`: `unhealthy`;
+//! - a worker answered the ping but consumes no queue at all: `unhealthy`, naming it;
 //! - else `healthy`, noting the failover brokers that did not answer, if any.
 //!
 //! Every reason and note goes through [`overseer_core::reason`]: a server's
@@ -72,6 +73,23 @@ fn judge(
             }
             return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
         }
+        // A worker that answers but consumes no queue at all does no work, and
+        // no task need wait for that to show (apache/airflow#63580: after a
+        // Redis restart, workers answer ping with an empty `active_queues`).
+        let idle: Vec<String> = ping
+            .answered
+            .iter()
+            .filter(|w| w.queues.as_ref().is_some_and(Vec::is_empty))
+            .map(|w| reason::name(&w.name))
+            .collect();
+        if !idle.is_empty() {
+            let (names, verb) = match idle.len() {
+                1 => (idle[0].clone(), "answers but consumes"),
+                _ => (reason::list(&idle), "answer but consume"),
+            };
+            let reason = format!("{names} {verb} no queue");
+            return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
+        }
     }
     let note = (!failed.is_empty()).then(|| {
         format!(
@@ -84,6 +102,8 @@ fn judge(
 
 #[cfg(test)]
 mod tests {
+    use overseer_core::detail::WorkerDetail;
+
     use super::*;
 
     fn failed(broker: &str, reason: &str) -> BrokerReport {
@@ -148,5 +168,66 @@ mod tests {
             said.starts_with("0 of at least 2 workers answered ping within 1s (ping 0: eee"),
             "{said}"
         );
+    }
+
+    fn worker(name: &str, queues: Option<&[&str]>) -> WorkerDetail {
+        WorkerDetail {
+            name: name.into(),
+            queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+            state: None,
+            free_concurrency: None,
+        }
+    }
+
+    #[test]
+    fn a_worker_that_consumes_no_queue_is_named_at_once() {
+        let window = Duration::from_secs(1);
+        let broker = [BrokerReport {
+            broker: "redis://ok:6379/0".into(),
+            status: BrokerStatus::Answered,
+            queues: Vec::new(),
+        }];
+        let ping = |answered: Vec<WorkerDetail>| WorkerPing {
+            answered,
+            ..WorkerPing::default()
+        };
+        for (case, answered, expected) in [
+            (
+                "one idle worker",
+                vec![worker("celery@w1", Some(&[]))],
+                ExecutorHealth::unhealthy("celery@w1 answers but consumes no queue"),
+            ),
+            (
+                "one idle beside one that works",
+                vec![
+                    worker("celery@w1", Some(&["default"])),
+                    worker("celery@w2", Some(&[])),
+                ],
+                ExecutorHealth::unhealthy("celery@w2 answers but consumes no queue"),
+            ),
+            (
+                "two idle",
+                vec![
+                    worker("celery@w1", Some(&[])),
+                    worker("celery@w2", Some(&[])),
+                ],
+                ExecutorHealth::unhealthy("celery@w1, celery@w2 answer but consume no queue"),
+            ),
+            (
+                "queues not said: not known to be idle",
+                vec![worker("celery@w1", None)],
+                ExecutorHealth::Healthy,
+            ),
+            (
+                "every worker consumes",
+                vec![worker("celery@w1", Some(&["default", "gpu"]))],
+                ExecutorHealth::Healthy,
+            ),
+            // Workers scaled to zero (KEDA): nothing answered, none is idle.
+            ("no worker at all", vec![], ExecutorHealth::Healthy),
+        ] {
+            let (health, _) = verdict(&broker, Some(&ping(answered)), window, 0);
+            assert_eq!(health, expected, "{case}");
+        }
     }
 }

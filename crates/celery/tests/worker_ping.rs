@@ -197,3 +197,56 @@ async fn rabbitmq_a_frozen_worker_is_never_taken_for_a_broker_that_stopped_answe
     }
     a_frozen_worker_is_blamed_and_never_the_broker(support::RABBITMQ_URL).await;
 }
+
+/// `celery control cancel_consumer` on the only worker (apache/airflow#63580's
+/// state, reached on purpose): it still answers the ping, with no queue, and
+/// the verdict names it at the next poll, with no task waiting.
+async fn a_worker_that_consumes_no_queue_is_named(url: &str) {
+    let Some(venv) = support::venv() else { return };
+    let exchange = support::unique_name("overseer-ce");
+    let queue = support::unique_name("overseer-ping");
+    let mut worker = Worker::start(&venv, url, &exchange, &queue);
+    let check = check(url, &exchange, &queue);
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+
+    let mut cancel = overseer_testkit::celery::python(&venv, url, &exchange);
+    cancel.args([
+        "-m",
+        "celery",
+        "-A",
+        "celery_app",
+        "control",
+        "cancel_consumer",
+        &queue,
+        "--destination",
+        &worker.node,
+    ]);
+    overseer_testkit::venv::run(&mut cancel).expect("celery control cancel_consumer");
+    let (health, probe) = poll(&check).await;
+    worker.stop();
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "{} answers but consumes no queue",
+            overseer_core::reason::name(&worker.node)
+        )),
+        "{probe:?}"
+    );
+}
+
+#[tokio::test]
+async fn redis_a_worker_that_consumes_no_queue_is_named_at_once() {
+    if !support::redis_up() {
+        return;
+    }
+    a_worker_that_consumes_no_queue_is_named(support::REDIS_URL).await;
+}
+
+#[tokio::test]
+async fn rabbitmq_a_worker_that_consumes_no_queue_is_named_at_once() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    a_worker_that_consumes_no_queue_is_named(support::RABBITMQ_URL).await;
+}
