@@ -7,6 +7,7 @@
 //! blocks its thread is given that thread and starves no other ([`pool`]); a
 //! blocking one runs on a thread of its own.
 
+pub mod alarm;
 pub mod pool;
 
 use std::fmt;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use crate::detail::Observation;
 use crate::job::ExecutorHealth;
 
+pub use alarm::Alarm;
 pub use pool::AsyncChecks;
 
 /// An asynchronous health check.
@@ -119,6 +121,9 @@ pub struct Executor {
     /// that does not move) before the executor is unhealthy; `ZERO` turns those
     /// rules off ([`crate::flow`]).
     pub max_queued_age: Duration,
+    /// Rung by a check that holds a connection, when it closes or stops
+    /// answering: the supervisor polls the executor at once ([`alarm`]).
+    pub alarm: Option<Alarm>,
     factory: CheckFactory,
 }
 
@@ -137,6 +142,7 @@ impl Executor {
             executor_class: executor_class.into(),
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            alarm: None,
             factory: Arc::new(move || Check::Async(Arc::new(factory()))),
         }
     }
@@ -150,6 +156,7 @@ impl Executor {
             executor_class: executor_class.into(),
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            alarm: None,
             factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
         }
     }
@@ -168,6 +175,13 @@ impl Executor {
     /// the instance is written to the Jobs table and shown everywhere.
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(crate::secret::redact(&instance.into()));
+        self
+    }
+
+    /// The same executor, whose check rings `alarm` for a poll at once (the
+    /// check holds a clone: give the same one to the check's factory).
+    pub fn with_alarm(mut self, alarm: Alarm) -> Self {
+        self.alarm = Some(alarm);
         self
     }
 

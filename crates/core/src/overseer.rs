@@ -38,6 +38,7 @@ use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, UnwrittenTr
 use crate::actors::{
     Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
 };
+use crate::check::alarm::AlarmBoard;
 use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
@@ -350,6 +351,14 @@ async fn start_actors(
         settings.poll.poll_interval,
         crate::connect::full_read_timeout(settings.poll.poll_timeout),
     ));
+    // The alarms of checks that hold a connection: rung, the executor is
+    // polled at once (`check::alarm`).
+    let alarms = Arc::new(AlarmBoard::default());
+    for (index, executor) in executors.iter().enumerate() {
+        if let Some(alarm) = &executor.alarm {
+            alarm.attach(alarms.clone(), index);
+        }
+    }
     let default_class = executors.first().map(|e| e.executor_class.clone());
     let polled: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)> = executors
         .into_iter()
@@ -374,7 +383,8 @@ async fn start_actors(
         })
         .collect();
     let poll = settings.poll;
-    let make_supervisor = move |sink| HealthSupervisor::new(poll, polled.clone(), sink);
+    let make_supervisor =
+        move |sink| HealthSupervisor::new(poll, polled.clone(), sink).with_alarms(alarms.clone());
     tracing::info!(hostname = %settings.hostname, "supervising executors");
     Ok(Started {
         supervisor: Box::new(make_supervisor),

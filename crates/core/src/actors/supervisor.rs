@@ -44,6 +44,7 @@ use crate::job::ExecutorHealth;
 use crate::stats::ExecutorStats;
 
 use super::executor::{Answered, CheckHealth, ExecutorActor};
+use crate::check::alarm::AlarmBoard;
 
 /// The message carrying an executor's verdict, by the executor's index in the
 /// supervisor's list: sent when a new verdict passed the damping thresholds,
@@ -128,6 +129,10 @@ pub struct HealthSupervisor {
     /// Where executors answer: this actor, once started. Every poll carries a
     /// clone of the `Arc` (one channel sender for all).
     answers: Option<Arc<Recipient<Answered>>>,
+    /// The executors whose checks rang their alarm ([`crate::check::alarm`]):
+    /// each is polled at once, out of turn. Shared with the supervisor that
+    /// replaces this one, so no ring is lost to a restart.
+    alarms: Option<Arc<AlarmBoard>>,
 }
 
 impl HealthSupervisor {
@@ -159,7 +164,14 @@ impl HealthSupervisor {
             sink,
             tick: 0,
             answers: None,
+            alarms: None,
         }
+    }
+
+    /// The same supervisor, polling at once the executors rung on `alarms`.
+    pub(crate) fn with_alarms(mut self, alarms: Arc<AlarmBoard>) -> Self {
+        self.alarms = Some(alarms);
+        self
     }
 
     /// One tick: poll every executor that has no poll in flight.
@@ -192,6 +204,55 @@ impl HealthSupervisor {
         }
         // Every poll of this tick was sent now, so one timer covers them all.
         ctx.run_later(self.settings.poll_timeout, move |act, _| act.expire(tick));
+    }
+
+    /// An alarm: polls executor `index` now, out of turn, under the same guard
+    /// (a poll in flight is left to answer) and with the same timeout. The poll
+    /// takes a tick number of its own, so its timer expires it alone.
+    fn poll_now(&mut self, index: usize, ctx: &mut Context<Self>) {
+        let Some(answers) = self.answers.clone() else {
+            return;
+        };
+        let Some(executor) = self.executors.get_mut(index) else {
+            return;
+        };
+        if executor.in_flight.is_some() {
+            return;
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        executor.in_flight = Some(InFlight {
+            tick,
+            sent: Instant::now(),
+            timed_out: false,
+        });
+        ExecutorStats::bump(&executor.stats.polls);
+        tracing::debug!(executor = %executor.label, "alarm: polling at once");
+        if let Err(refused) = executor
+            .addr
+            .try_send(CheckHealth::new(index, tick, answers))
+        {
+            drop(refused);
+        }
+        ctx.run_later(self.settings.poll_timeout, move |act, _| act.expire(tick));
+    }
+
+    /// Waits for the next ring of any executor's alarm (one future for them
+    /// all: the board's), polls those rung, and waits again.
+    fn listen(&mut self, ctx: &mut Context<Self>) {
+        let Some(board) = self.alarms.clone() else {
+            return;
+        };
+        ctx.spawn(
+            async move { board.rung().await }
+                .into_actor(self)
+                .map(|rung, act, ctx| {
+                    for index in rung {
+                        act.poll_now(index, ctx);
+                    }
+                    act.listen(ctx);
+                }),
+        );
     }
 
     /// The polls of `tick` still unanswered are reported unhealthy; their guard stays.
@@ -350,6 +411,7 @@ impl Actor for HealthSupervisor {
         self.answers = Some(Arc::new(ctx.address().recipient()));
         self.poll_all(ctx);
         ctx.run_interval(self.settings.poll_interval, |act, ctx| act.poll_all(ctx));
+        self.listen(ctx);
     }
 }
 
