@@ -174,3 +174,137 @@ async fn after_kill_9_the_restarted_service_reports_no_ghost() {
         ["failed", "running"]
     );
 }
+
+/// A broker's death is seen the moment it happens, not at the next tick: with
+/// an hour between polls, the broker killed (SIGKILL) turns the executor
+/// unhealthy on HTTP at once, through the connection Overseer holds to it; and
+/// its return turns it healthy at once too.
+#[test]
+fn a_broker_that_dies_between_polls_is_unhealthy_at_once_and_its_return_healthy() {
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\npoll_interval = \"1h\"\npoll_timeout = \"5s\"\n\
+         heartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n",
+    )
+    .unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0)),
+    );
+    health_until(&serving, "healthy at the first poll", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy")
+    });
+    // Only an alarm polls again within the hour.
+    broker.kill();
+    let json = health_until(&serving, "unhealthy without waiting for a tick", |j| {
+        celery(j).is_some_and(|c| c["health"] == "unhealthy")
+    });
+    let reason = celery(&json).unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        reason.contains(&broker.url(None, 0)),
+        "names the broker: {reason}"
+    );
+    broker.resume().unwrap();
+    health_until(&serving, "healthy again once the broker is back", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy")
+    });
+}
+
+/// A TCP proxy of the test's own in front of the machine's RabbitMQ: killing it
+/// is, to Overseer, the broker dying (every connection through it closes, and
+/// its port refuses); started again on the same port, the broker is back. The
+/// machine's RabbitMQ itself is never touched.
+struct BrokerProxy {
+    port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BrokerProxy {
+    fn start(port: u16) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+            .expect("the proxy's port");
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => {
+                        let Ok((mut client, _)) = accepted else { continue };
+                        connections.spawn(async move {
+                            if let Ok(mut broker) = tokio::net::TcpStream::connect("127.0.0.1:5672").await {
+                                let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                            }
+                        });
+                    }
+                }
+            }
+            // Dropping the tasks closes every connection through the proxy.
+            connections.abort_all();
+        });
+        Self {
+            port,
+            stop: Some(stop),
+            runtime,
+        }
+    }
+
+    fn kill(mut self) -> u16 {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let port = self.port;
+        self.runtime.shutdown_timeout(Duration::from_secs(5));
+        port
+    }
+}
+
+/// The same on RabbitMQ: an hour between polls, the broker's connections
+/// closed, and the verdict is unhealthy at once; back, healthy at once.
+#[test]
+fn a_rabbitmq_broker_that_dies_between_polls_is_unhealthy_at_once() {
+    if std::net::TcpStream::connect("127.0.0.1:5672").is_err() {
+        overseer_testkit::unavailable::<()>("RabbitMQ", "127.0.0.1:5672 refuses connections");
+        return;
+    }
+    let proxy = BrokerProxy::start(overseer_testkit::throwaway::free_port());
+    let broker = format!("amqp://guest:guest@127.0.0.1:{}//", proxy.port);
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\npoll_interval = \"1h\"\npoll_timeout = \"5s\"\n\
+         heartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n",
+    )
+    .unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env("AIRFLOW__CELERY__BROKER_URL", &broker),
+    );
+    health_until(&serving, "healthy at the first poll", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy")
+    });
+    let port = proxy.kill();
+    health_until(&serving, "unhealthy without waiting for a tick", |j| {
+        celery(j).is_some_and(|c| c["health"] == "unhealthy")
+    });
+    let _proxy = BrokerProxy::start(port);
+    health_until(&serving, "healthy again once the broker is back", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy")
+    });
+}

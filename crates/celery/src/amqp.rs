@@ -39,8 +39,10 @@ use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
 use crate::tls;
 use crate::url::{AmqpBroker, TlsOptions};
+use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
+use tokio_stream::StreamExt;
 
 /// The name RabbitMQ's management UI shows for our connection.
 const CONNECTION_NAME: &str = "overseer health check";
@@ -160,6 +162,33 @@ impl AmqpCheck {
                 self.identity
             )),
         }
+    }
+
+    /// A connection of the watcher's own ([`BrokerProbe::watch`]): heartbeats
+    /// every [`WATCH_HEARTBEAT`] seconds, so a broker that stops answering
+    /// without closing is an error within two of them.
+    async fn watch_connection(&self) -> Option<Connection> {
+        let mut uri = self.uri.clone();
+        uri.query.heartbeat = Some(WATCH_HEARTBEAT);
+        let properties =
+            ConnectionProperties::default().with_connection_name(WATCH_CONNECTION_NAME.into());
+        let connecting = async {
+            match &self.tls {
+                None => Connection::connect_uri(uri, properties).await.ok(),
+                Some(options) => DefaultConnectionBuilder::new()
+                    .ok()?
+                    .with_uri(uri)
+                    .with_properties(properties)
+                    .with_tls_config(self.tls_config(options).ok()?)
+                    .connect()
+                    .await
+                    .ok(),
+            }
+        };
+        tokio::time::timeout(WATCH_CONNECT, connecting)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// lapin's TLS settings from `options`: the CA bundle (added to the system's
@@ -329,6 +358,16 @@ impl AmqpCheck {
     }
 }
 
+/// The heartbeat, in seconds, of a watcher's connection: missed twice, lapin
+/// reports the connection lost.
+const WATCH_HEARTBEAT: u16 = 1;
+/// How long a watcher waits for its connection.
+const WATCH_CONNECT: Duration = Duration::from_secs(3);
+/// How long a watcher waits before connecting again after its connection ended.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
+/// What RabbitMQ's management UI calls a watcher's connection.
+const WATCH_CONNECTION_NAME: &str = "overseer-watch";
+
 #[async_trait::async_trait]
 impl BrokerProbe for AmqpCheck {
     /// Opens (or reuses) the connection and a channel, and declares each queue
@@ -369,6 +408,35 @@ impl BrokerProbe for AmqpCheck {
         ping::ping(&conn, pidbox, window_end, cleanup)
             .await
             .map_err(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
+    }
+
+    /// Holds a heartbeating connection of its own: the first error lapin reports
+    /// on it (closed by the broker, the socket gone, heartbeats missed) rings the
+    /// alarm, and so does the first connection after that.
+    async fn watch(&self, alarm: Alarm) {
+        let mut broken = false;
+        loop {
+            let Some(conn) = self.watch_connection().await else {
+                broken = true;
+                tokio::time::sleep(WATCH_RETRY).await;
+                continue;
+            };
+            if std::mem::take(&mut broken) {
+                tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
+                alarm.ring();
+            }
+            let mut events = std::pin::pin!(conn.events_listener());
+            while let Some(event) = events.next().await {
+                if matches!(event, lapin::Event::Error(_)) {
+                    break;
+                }
+            }
+            tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
+            alarm.ring();
+            broken = true;
+            drop(conn);
+            tokio::time::sleep(WATCH_RETRY).await;
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::duration;
 use tokio::time::Instant;
@@ -40,6 +41,13 @@ pub(crate) trait BrokerProbe: Send + Sync {
         window_end: Instant,
         cleanup: Duration,
     ) -> Result<Vec<WorkerDetail>, Reason>;
+
+    /// Holds a connection of its own to the broker for as long as it runs, and
+    /// rings `alarm` the moment that connection closes or stops answering (and
+    /// again when the broker takes a connection after that), so the executor is
+    /// polled at once instead of at its next tick ([`overseer_core::check::alarm`]).
+    /// A transport that cannot watch returns at once.
+    async fn watch(&self, _alarm: Alarm) {}
 }
 
 /// The reason for a wait on `who` (`broker redis://...`, or one of its sentinels)

@@ -14,10 +14,11 @@
 //! on Redis, which keeps none, from the workers' answers to the ping (`active_queues`).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use chrono::Utc;
+use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::SecretUrl;
 use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation, reason};
@@ -80,7 +81,7 @@ impl Default for CheckSettings {
 /// One broker's check.
 enum BrokerCheck {
     /// Checked by its transport's probe.
-    Probed(Box<dyn BrokerProbe>),
+    Probed(Arc<dyn BrokerProbe>),
     /// Not checked, and why (plain words).
     Unchecked(String),
 }
@@ -97,14 +98,14 @@ impl BrokerCheck {
                     "broker {id} asks for TLS over a Unix socket, which this check does not speak"
                 ))
             }
-            Transport::Redis(redis) => Self::Probed(Box::new(RedisCheck::direct(redis, id))),
+            Transport::Redis(redis) => Self::Probed(Arc::new(RedisCheck::direct(redis, id))),
             Transport::Sentinel(sentinel) => {
                 let master = sentinel
                     .master_name
                     .as_deref()
                     .or(settings.sentinel_master_name.as_deref())
                     .ok_or(BrokerUrlError::MissingMasterName)?;
-                Self::Probed(Box::new(RedisCheck::sentinel(sentinel, master, id)))
+                Self::Probed(Arc::new(RedisCheck::sentinel(sentinel, master, id)))
             }
             Transport::Amqp(amqp)
                 if amqp
@@ -117,7 +118,7 @@ impl BrokerCheck {
                      checked (the AMQP client always verifies the certificate and its name)"
                 ))
             }
-            Transport::Amqp(amqp) => Self::Probed(Box::new(AmqpCheck::new(amqp, id))),
+            Transport::Amqp(amqp) => Self::Probed(Arc::new(AmqpCheck::new(amqp, id))),
             Transport::Unsupported { scheme } => {
                 Self::Unchecked(format!("the {scheme}:// transport has no health check yet"))
             }
@@ -143,6 +144,24 @@ struct Inner {
     /// The latest probe, for the check's holder (the report gets its detail through
     /// `observe`); a std mutex, held only to copy in or out.
     latest: Mutex<Option<Probe>>,
+    /// The executor's alarm, when this check is an executor's: its brokers are
+    /// then watched, each over a connection of its own.
+    alarm: OnceLock<Alarm>,
+    /// The watchers, started at the first probe (on the checks' runtime) and
+    /// stopped when the last clone of this check goes (a restarted actor's
+    /// check starts its own).
+    watchers: OnceLock<Watchers>,
+}
+
+/// The tasks watching a check's brokers, aborted when dropped.
+struct Watchers(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        for watcher in &self.0 {
+            watcher.abort();
+        }
+    }
 }
 
 /// The Celery executor's health check. Cloning it is cheap; clones share the
@@ -198,6 +217,8 @@ impl CeleryCheck {
                 settings,
                 instance: broker.identity(),
                 latest: Mutex::new(None),
+                alarm: OnceLock::new(),
+                watchers: OnceLock::new(),
             }),
         })
     }
@@ -221,24 +242,32 @@ impl CeleryCheck {
         // The first actor gets this very check (so its holder sees its probes); an
         // actor restarted after a panic gets a fresh one, with new connections and
         // nothing carried over from the incarnation that panicked.
+        // Every incarnation rings the executor's one alarm.
+        let alarm = Alarm::new();
+        let _ = self.inner.alarm.set(alarm.clone());
         let first = Mutex::new(Some(self.clone()));
         let (broker, settings) = (self.inner.broker.clone(), self.inner.settings.clone());
+        let rings = alarm.clone();
         Executor::with_factory(name.to_owned(), move || {
             let first = first
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .take();
             first.unwrap_or_else(|| {
-                CeleryCheck::new(&broker, settings.clone())
-                    .expect("the same URL and settings built a check before")
+                let check = CeleryCheck::new(&broker, settings.clone())
+                    .expect("the same URL and settings built a check before");
+                let _ = check.inner.alarm.set(rings.clone());
+                check
             })
         })
         .with_instance(self.instance().to_owned())
+        .with_alarm(alarm)
     }
 
     /// Checks every broker, then (when asked) pings the workers, and returns what it
     /// found. Always answers within 90 % of `poll_timeout`.
     pub async fn probe(&self) -> Probe {
+        self.watch_brokers();
         let checked_at = Utc::now();
         let settings = &self.inner.settings;
         let Budgets {
@@ -261,6 +290,31 @@ impl CeleryCheck {
             brokers,
             workers,
         }
+    }
+
+    /// Starts watching every checked broker, once, when this check has an alarm
+    /// to ring (it is an executor's): a task per broker, on the runtime the
+    /// probe runs on, each holding a connection of its own ([`BrokerProbe::watch`]).
+    fn watch_brokers(&self) {
+        let Some(alarm) = self.inner.alarm.get() else {
+            return;
+        };
+        self.inner.watchers.get_or_init(|| {
+            Watchers(
+                self.inner
+                    .targets
+                    .iter()
+                    .filter_map(|target| match &target.check {
+                        BrokerCheck::Probed(probe) => Some(Arc::clone(probe)),
+                        BrokerCheck::Unchecked(_) => None,
+                    })
+                    .map(|probe| {
+                        let alarm = alarm.clone();
+                        tokio::spawn(async move { probe.watch(alarm).await })
+                    })
+                    .collect(),
+            )
+        });
     }
 
     /// Probes every broker at once, each before `deadline`; a task per broker,

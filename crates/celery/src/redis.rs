@@ -39,6 +39,7 @@ use crate::detail::QueueDepth;
 use crate::ping::Pidbox;
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
+use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
 
@@ -490,7 +491,71 @@ impl BrokerProbe for RedisCheck {
             .await
             .map_err(|e| self.scrub(format!("broker {}: {e}", self.identity)))
     }
+
+    /// Blocks on a key nobody writes (`BLPOP`, [`WATCH_WAIT`] at a time) over a
+    /// connection of its own: a broker that dies closes it, and the blocked
+    /// command fails at once; one that stops answering misses the reply's due
+    /// time ([`WATCH_WAIT`] and [`REDIS_TIMEOUT_LAG`] and [`WATCH_GRACE`]). Either
+    /// rings the alarm; so does the first connection after that, so the return
+    /// is seen at once too. Reconnects are spaced by [`WATCH_RETRY`].
+    async fn watch(&self, alarm: Alarm) {
+        let key = format!("_overseer.watch.{}", uuid::Uuid::new_v4().simple());
+        let mut broken = false;
+        loop {
+            let deadline = Instant::now() + WATCH_CONNECT;
+            let mut conn = match self.connect(deadline, WATCH_CONNECT).await {
+                Ok(conn) => conn,
+                Err(_) => {
+                    // Not answering: the polls say why; ring once when it is back.
+                    broken = true;
+                    tokio::time::sleep(WATCH_RETRY).await;
+                    continue;
+                }
+            };
+            if std::mem::take(&mut broken) {
+                tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
+                alarm.ring();
+            }
+            loop {
+                let due = Instant::now() + WATCH_WAIT + REDIS_TIMEOUT_LAG + WATCH_GRACE;
+                let popped: Result<redis::RedisResult<Value>, _> = timeout_at(
+                    due,
+                    redis::cmd("BLPOP")
+                        .arg(&key)
+                        .arg(WATCH_WAIT.as_secs_f64())
+                        .query_async(&mut conn),
+                )
+                .await;
+                if !matches!(popped, Ok(Ok(_))) {
+                    tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
+                    alarm.ring();
+                    broken = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(WATCH_RETRY).await;
+        }
+    }
 }
+
+/// How long a watch's `BLPOP` blocks: the watched connection's heartbeat.
+const WATCH_WAIT: Duration = Duration::from_secs(1);
+/// Beyond [`WATCH_WAIT`] and [`REDIS_TIMEOUT_LAG`], how late the empty answer may
+/// be before the broker counts as not answering.
+const WATCH_GRACE: Duration = Duration::from_millis(500);
+/// How long a watch waits for a connection (its driver's response timeout too,
+/// which must outlast a blocked [`WATCH_WAIT`]).
+const WATCH_CONNECT: Duration = Duration::from_secs(3);
+/// How long a watch waits before connecting again after its connection failed.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
+
+/// How late Redis may answer a blocking command whose own timeout ran out. It
+/// notices at the next turn of its event loop, which an idle server takes every
+/// `1/hz` seconds: 100 ms at the default `hz 10`; and a little for the reply
+/// to travel. A blocking wait is sent this much shorter than the time it may
+/// take, so that its empty answer is never mistaken for a broker that stopped
+/// answering.
+pub(super) const REDIS_TIMEOUT_LAG: Duration = Duration::from_millis(120);
 
 /// The first element of a `ROLE` reply: `master`, `slave` or `sentinel`.
 fn role_name(role: &Value) -> Option<String> {

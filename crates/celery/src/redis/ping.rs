@@ -17,20 +17,11 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
-use super::{SEP, queue_keys};
+use super::{REDIS_TIMEOUT_LAG, SEP, queue_keys};
 use crate::ping::{Pidbox, Request, answers};
 
 /// The shortest `BRPOP` wait worth sending: `0` would mean "forever" to Redis.
 const MIN_BRPOP_WAIT: Duration = Duration::from_millis(10);
-
-/// How late Redis may answer a `BRPOP` whose own timeout ran out. It notices at
-/// the next turn of its event loop, which an idle server takes every `1/hz`
-/// seconds: 100 ms at the default `hz 10`; and a little for the reply to travel.
-/// A wait is sent this much shorter than the time left, so the empty answer of
-/// a ping no worker answered arrives before the window ends: a worker that does
-/// not answer is never taken for a broker that stopped answering (with a frozen
-/// worker, Overseer's own timer used to fire first in 42 of 48 pings).
-const REDIS_TIMEOUT_LAG: Duration = Duration::from_millis(120);
 
 /// Pings the workers of a Redis broker on `conn` (database `db`) until `window_end`:
 /// the workers that answered, with the queues each consumes.
@@ -141,6 +132,10 @@ async fn collect(
     let mut count = 0;
     while count < listeners {
         let left = deadline.saturating_duration_since(Instant::now());
+        // Sent shorter than the time left, so that Redis's empty answer lands
+        // before the deadline: a worker that does not answer is never taken for
+        // a broker that stopped answering (with a frozen worker, Overseer's own
+        // timer used to fire first in 42 of 48 pings).
         let wait = left.saturating_sub(REDIS_TIMEOUT_LAG);
         if wait < MIN_BRPOP_WAIT {
             break;
