@@ -1,0 +1,263 @@
+"""The ``executor`` entry in Airflow's own ``GET /api/v2/monitor/health``: a root
+middleware (``fastapi_root_middlewares``) on the api-server's app.
+
+A plain ASGI middleware, so that it sees the response as it is sent:
+
+- only ``GET`` of the health route (under any ``[api] base_url`` prefix, found as
+  Starlette finds routes: the request path less the app's ``root_path``) is
+  touched; every other request passes straight through;
+- the read of the ``job`` table starts with the request, beside Airflow's own
+  work, in a worker thread (Airflow's session is synchronous), bounded by
+  :data:`READ_TIMEOUT`;
+- the response is held until its last body chunk (it may stream), and then only
+  a ``200`` JSON object is changed: ``"executor": {...}`` is inserted before its
+  closing brace, so the entries Airflow wrote stay byte for byte, and
+  ``content-length`` is set to the new length. A gzip-encoded body (Airflow adds
+  ``GZipMiddleware`` outside the plugins' middlewares, so it should not be, but
+  another middleware may) is decompressed and compressed again; another encoding,
+  a body that is not a JSON object, or one that has an ``executor`` key already,
+  is sent as it came;
+- a failed or slow read gives an entry whose ``status`` is ``unknown`` and whose
+  ``reason`` says why; any other failure here sends Airflow's response unchanged.
+  Never a 500 of the plugin's making.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import math
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
+
+from overseer_airflow.entry import DEFAULT_THRESHOLD, Row, executor_entry, unreadable_entry
+
+log = logging.getLogger(__name__)
+
+#: Airflow's health route, below the app's root path.
+HEALTH_PATH = "/api/v2/monitor/health"
+#: How long the read of the ``job`` table may take before the entry says
+#: ``unknown``: longer than a healthy database ever needs, shorter than a probe's
+#: usual timeout. (The read goes on in its thread until the database answers.)
+READ_TIMEOUT = 5.0
+#: Airflow's configuration of the executor threshold (seconds), also
+#: ``AIRFLOW__OVERSEER__EXECUTOR_HEALTH_CHECK_THRESHOLD``.
+SECTION, THRESHOLD_OPTION = "overseer", "executor_health_check_threshold"
+
+Message = dict[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def configured_threshold(conf: Any) -> timedelta:
+    """``[overseer] executor_health_check_threshold`` in seconds, else 30 s: the
+    same value as Overseer's ``thresholds.executor``. A value that is not a
+    positive number is ignored with a warning naming the option."""
+    raw = str(conf.get(SECTION, THRESHOLD_OPTION, fallback="") or "").strip()
+    if not raw:
+        return DEFAULT_THRESHOLD
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        log.warning(
+            "[%s] %s must be a positive number of seconds, not %r: using %gs",
+            SECTION,
+            THRESHOLD_OPTION,
+            raw,
+            DEFAULT_THRESHOLD.total_seconds(),
+        )
+        return DEFAULT_THRESHOLD
+    return timedelta(seconds=seconds)
+
+
+def route_path(scope: Message) -> str:
+    """The path routes are matched against: ``path`` less ``root_path``, as
+    Starlette's ``get_route_path`` does."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and path.startswith(root + "/"):
+        return path[len(root) :]
+    return path
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of any URL in it, and any ``password=`` of a
+    connection string, replaced by ``***``."""
+
+    def url(match: re.Match[str]) -> str:
+        token = match.group(0)
+        try:
+            parts = urlsplit(token)
+            if parts.password is None:
+                return token
+        except ValueError:
+            return token
+        host = parts.netloc.rsplit("@", 1)[1]
+        return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+    text = re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", url, text)
+    return re.sub(r"(?i)(password\s*=\s*)\S+", r"\1***", text)
+
+
+def describe(error: BaseException) -> str:
+    """A database error in one line, without credentials: the driver's own error
+    (SQLAlchemy wraps it as ``orig``) and its first line."""
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {redact(lines[0]) if lines else ''}".rstrip(": ")
+
+
+def add_entry(body: bytes, entry: dict[str, Any]) -> bytes | None:
+    """``body`` (a JSON object) with ``"executor": entry`` as its last key, the
+    rest byte for byte; ``None`` when it is not a JSON object or has the key."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or "executor" in parsed:
+        return None
+    head = body.rstrip()
+    if not head.endswith(b"}"):
+        return None
+    # As Starlette's JSONResponse writes JSON.
+    encoded = json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    comma = b"," if parsed else b""
+    return head[:-1] + comma + b'"executor":' + encoded.encode() + b"}" + body[len(head) :]
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    return next((v for k, v in headers if k.lower() == name), b"")
+
+
+class ExecutorHealthMiddleware:
+    """Adds the ``executor`` entry to Airflow's health JSON (see the module doc).
+
+    ``read_rows`` (tests) replaces the read through Airflow's session;
+    ``threshold`` replaces ``[overseer] executor_health_check_threshold``.
+    """
+
+    def __init__(
+        self,
+        app: Callable[..., Awaitable[None]],
+        read_rows: Callable[[], list[Row]] | None = None,
+        threshold: timedelta | None = None,
+    ) -> None:
+        self.app = app
+        self.read_rows = read_rows or airflow_rows
+        if threshold is None:
+            from airflow.configuration import conf
+
+            threshold = configured_threshold(conf)
+        self.threshold = threshold
+
+    async def __call__(self, scope: Message, receive: Any, send: Send) -> None:
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "GET"
+            or route_path(scope) != HEALTH_PATH
+        ):
+            await self.app(scope, receive, send)
+            return
+        reading = asyncio.ensure_future(self.entry())
+        reply = Reply(send, reading)
+        try:
+            await self.app(scope, receive, reply.send)
+            await reply.close()
+        finally:
+            if not reading.done():
+                reading.cancel()
+
+    async def entry(self) -> dict[str, Any]:
+        """The entry, from one read of the ``job`` table made now."""
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            rows = await asyncio.wait_for(run_in_threadpool(self.read_rows), READ_TIMEOUT)
+        except asyncio.TimeoutError:
+            log.warning("Overseer: the job table did not answer within %gs", READ_TIMEOUT)
+            return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s")
+        except Exception as e:  # noqa: BLE001 - any database error is an unknown entry
+            why = describe(e)
+            log.warning("Overseer: the job table could not be read: %s", why)
+            return unreadable_entry(f"the job table could not be read: {why}")
+        return executor_entry(rows, self.threshold, datetime.now(timezone.utc))
+
+
+class Reply:
+    """Airflow's reply to one health request, held until its last chunk, then
+    sent with the entry (see the module doc)."""
+
+    def __init__(self, send: Send, entry: "asyncio.Future[dict[str, Any]]") -> None:
+        self._send, self._entry = send, entry
+        #: ``http.response.start``, held; ``None`` once passed on.
+        self._start: Message | None = None
+        self._chunks: list[bytes] = []
+        #: Set when the response is not one to change: everything passes on.
+        self._through = False
+
+    async def send(self, message: Message) -> None:
+        kind = message.get("type")
+        if self._through:
+            await self._send(message)
+        elif kind == "http.response.start":
+            headers = list(message.get("headers", []))
+            json_body = _header(headers, b"content-type").startswith(b"application/json")
+            encoding = _header(headers, b"content-encoding").strip().lower()
+            if message.get("status") == 200 and json_body and encoding in (b"", b"gzip"):
+                self._start = message
+            else:
+                self._through = True
+                await self._send(message)
+        elif kind == "http.response.body" and self._start is not None:
+            self._chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                await self._finish()
+        else:
+            await self._send(message)
+
+    async def close(self) -> None:
+        """Sends what is held when the app ended without its last chunk."""
+        if self._start is not None:
+            await self._finish()
+
+    async def _finish(self) -> None:
+        start, body = self._start, b"".join(self._chunks)
+        assert start is not None
+        self._start, self._chunks, self._through = None, [], True
+        headers = list(start.get("headers", []))
+        try:
+            changed = await self._changed(body, _header(headers, b"content-encoding").strip().lower())
+        except Exception:  # noqa: BLE001 - Airflow's answer goes out whatever happens here
+            log.exception("Overseer: the executor entry could not be added")
+            changed = None
+        if changed is not None:
+            body = changed
+            headers = [
+                (k, v)
+                for k, v in headers
+                if k.lower() not in (b"content-length", b"transfer-encoding")
+            ]
+            headers.append((b"content-length", str(len(body)).encode()))
+        await self._send({**start, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _changed(self, body: bytes, encoding: bytes) -> bytes | None:
+        plain = gzip.decompress(body) if encoding == b"gzip" else body
+        changed = add_entry(plain, await self._entry)
+        if changed is None:
+            return None
+        return gzip.compress(changed, compresslevel=5) if encoding == b"gzip" else changed
+
+
+def airflow_rows() -> list[Row]:
+    """The rows, read through Airflow's own database session."""
+    from airflow.utils.session import create_session
+
+    from overseer_airflow.read import executor_rows
+
+    with create_session() as session:
+        return executor_rows(session)

@@ -1,0 +1,177 @@
+"""The root middleware (:mod:`overseer_airflow.middleware`) on a small FastAPI
+app standing in for Airflow's, its rows given instead of read. Needs Starlette,
+FastAPI and httpx (Airflow's environment has them); skipped without them.
+Overseer's ``tests/airflow_health.rs`` runs the middleware in a real Airflow."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import unittest
+from datetime import datetime, timedelta, timezone
+
+try:
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.middleware.gzip import GZipMiddleware
+    from starlette.testclient import TestClient
+except ImportError:  # pragma: no cover - outside Airflow's environment
+    FastAPI = None  # type: ignore[assignment,misc]
+
+from overseer_airflow import middleware
+from overseer_airflow.entry import Row
+from overseer_airflow.middleware import ExecutorHealthMiddleware, add_entry, redact
+
+#: Airflow's own answer, as its endpoint writes it.
+AIRFLOW = {
+    "metadatabase": {"status": "healthy"},
+    "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "2026-11-29T19:48:48.365305+00:00"},
+    "triggerer": {"status": None, "latest_triggerer_heartbeat": None},
+    "dag_processor": {"status": None, "latest_dag_processor_heartbeat": None},
+}
+
+
+def healthy_row() -> Row:
+    now = datetime.now(timezone.utc)
+    return Row(1, "running", "CeleryExecutor", "sched-1", None, now, "healthy", None, "redis://b:6379/0", now)
+
+
+def app(read_rows, *, root_path: str = "", gzip_inside: bool = False, pad: int = 0) -> FastAPI:
+    """Airflow's order: the plugin's middleware inside GZip (``gzip_inside``: the
+    other way round). ``pad`` makes Airflow's answer big enough to be compressed."""
+    api = FastAPI(root_path=root_path)
+    body = dict(AIRFLOW, **({"padding": "x" * pad} if pad else {}))
+
+    @api.get("/api/v2/monitor/health")
+    def health():
+        return body
+
+    @api.get("/api/v2/other")
+    def other():
+        return {"a": 1}
+
+    @api.get("/api/v2/monitor/health-stream")
+    def stream():
+        return StreamingResponse(iter([b'{"a":', b"1}"]), media_type="application/json")
+
+    if gzip_inside:
+        api.add_middleware(GZipMiddleware, minimum_size=10)
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=timedelta(seconds=30))
+    else:
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=timedelta(seconds=30))
+        api.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)
+    return api
+
+
+@unittest.skipIf(FastAPI is None, "needs FastAPI, Starlette and httpx (Airflow's environment)")
+class Middleware(unittest.TestCase):
+    def test_the_entry_is_added_and_airflows_entries_stay_byte_for_byte(self) -> None:
+        response = TestClient(app(lambda: [healthy_row()])).get("/api/v2/monitor/health")
+        self.assertEqual(response.status_code, 200)
+        airflow = JSONResponse(AIRFLOW).body
+        self.assertTrue(response.content.startswith(airflow[:-1] + b',"executor":{'), response.content)
+        self.assertEqual(int(response.headers["content-length"]), len(response.content))
+        executor = response.json()["executor"]
+        self.assertEqual((executor["status"], executor["instances"][0]["hostname"]), ("healthy", "sched-1"))
+        self.assertEqual(list(response.json()), [*AIRFLOW, "executor"])
+
+    def test_under_a_base_url_prefix(self) -> None:
+        client = TestClient(app(lambda: [healthy_row()], root_path="/airflow"))
+        self.assertIn("executor", client.get("/airflow/api/v2/monitor/health").json())
+        self.assertIn("executor", client.get("/api/v2/monitor/health").json())
+
+    def test_gzip_on_either_side(self) -> None:
+        for gzip_inside in (False, True):
+            client = TestClient(app(lambda: [healthy_row()], gzip_inside=gzip_inside, pad=4000))
+            response = client.get("/api/v2/monitor/health", headers={"accept-encoding": "gzip"})
+            self.assertEqual(response.headers.get("content-encoding"), "gzip", gzip_inside)
+            self.assertEqual(response.json()["executor"]["status"], "healthy", gzip_inside)
+            self.assertEqual(response.json()["padding"], "x" * 4000)
+
+    def test_a_gzipped_body_gets_the_entry_inside(self) -> None:
+        plain = json.dumps(AIRFLOW).encode()
+        self.assertEqual(
+            json.loads(add_entry(plain, {"status": "healthy"}) or b"")["executor"],
+            {"status": "healthy"},
+        )
+        self.assertEqual(add_entry(b"{}", {"s": 1}), b'{"executor":{"s":1}}')
+        self.assertEqual(add_entry(b'{"a":1}\n', {"s": 1}), b'{"a":1,"executor":{"s":1}}\n')
+        self.assertIsNone(add_entry(b'{"executor":{}}', {"s": 1}))
+        self.assertIsNone(add_entry(b"[1]", {"s": 1}))
+        self.assertIsNone(add_entry(gzip.compress(plain), {"s": 1}))
+
+    def test_other_routes_and_methods_pass_untouched_without_a_read(self) -> None:
+        reads = []
+        client = TestClient(app(lambda: reads.append(1) or []))
+        self.assertEqual(client.get("/api/v2/other").json(), {"a": 1})
+        self.assertEqual(client.get("/api/v2/monitor/health-stream").content, b'{"a":1}')
+        self.assertEqual(client.post("/api/v2/monitor/health").status_code, 405)
+        self.assertEqual(reads, [])
+
+    def test_a_streamed_body_is_held_to_its_end(self) -> None:
+        api = FastAPI()
+
+        @api.get("/api/v2/monitor/health")
+        def health():
+            return StreamingResponse(iter([b'{"metadatabase":', b'{"status":"healthy"}}']), media_type="application/json")
+
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=lambda: [], threshold=timedelta(seconds=30))
+        response = TestClient(api).get("/api/v2/monitor/health")
+        self.assertTrue(response.content.startswith(b'{"metadatabase":{"status":"healthy"},"executor":{'))
+        self.assertEqual(response.json()["executor"]["reason"], "Overseer is not running: the job table has no ExecutorJob row")
+
+    def test_a_database_error_is_an_unknown_entry_without_credentials_never_a_500(self) -> None:
+        class OperationalError(Exception):
+            pass
+
+        def fails() -> list[Row]:
+            raise OperationalError('could not connect to postgresql://airflow:s3cret@db:5432/airflow\npassword=s3cret')
+
+        response = TestClient(app(fails)).get("/api/v2/monitor/health")
+        self.assertEqual(response.status_code, 200)
+        self.assertNotIn(b"s3cret", response.content)
+        body = response.json()
+        self.assertEqual({k: body[k] for k in AIRFLOW}, AIRFLOW)
+        self.assertEqual((body["executor"]["status"], body["executor"]["detailed_status"]), ("unknown", "unknown"))
+        self.assertEqual(
+            body["executor"]["reason"],
+            "the job table could not be read: OperationalError: could not connect to "
+            "postgresql://airflow:***@db:5432/airflow",
+        )
+
+    def test_a_read_slower_than_the_timeout_is_unknown(self) -> None:
+        original = middleware.READ_TIMEOUT
+        middleware.READ_TIMEOUT = 0.05
+        try:
+            body = TestClient(app(lambda: time.sleep(0.5) or [])).get("/api/v2/monitor/health").json()
+        finally:
+            middleware.READ_TIMEOUT = original
+        self.assertEqual(body["executor"]["reason"], "the job table did not answer within 0.05s")
+
+    def test_redaction(self) -> None:
+        self.assertEqual(redact("x redis://:pw@h:6379/0 y"), "x redis://:***@h:6379/0 y")
+        self.assertEqual(redact("host=db password=pw user=a"), "host=db password=*** user=a")
+        self.assertEqual(redact("redis://h:6379/0"), "redis://h:6379/0")
+
+
+class Threshold(unittest.TestCase):
+    def test_seconds_from_the_option_else_30(self) -> None:
+        class Conf:
+            def __init__(self, value: object) -> None:
+                self.value = value
+
+            def get(self, section: str, key: str, fallback: object = None) -> object:
+                assert (section, key) == ("overseer", "executor_health_check_threshold")
+                return self.value if self.value is not None else fallback
+
+        self.assertEqual(middleware.configured_threshold(Conf("12.5")), timedelta(seconds=12.5))
+        self.assertEqual(middleware.configured_threshold(Conf(None)), timedelta(seconds=30))
+        for bad in ("soon", "0", "-3", "nan"):
+            with self.assertLogs(middleware.log, "WARNING") as logs:
+                self.assertEqual(middleware.configured_threshold(Conf(bad)), timedelta(seconds=30))
+            self.assertIn("executor_health_check_threshold", logs.output[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
