@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod airflow;
 pub mod browser;
 pub mod procs;
 
