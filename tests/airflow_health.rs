@@ -27,6 +27,16 @@
 //!    and its last heartbeat. Then `sched-b` killed too: `unhealthy`, `down`,
 //!    no instance, both hosts named.
 //!
+//! A second test, `the_read_agrees_on_sqlite_and_mariadb`, holds the plugin's
+//! read (`overseer_airflow.read`, the same statement, through SQLAlchemy with
+//! the database's driver: the standard library's on SQLite, PyMySQL, installed
+//! for the test, on MariaDB) to `overseer serve`'s entry on those databases
+//! (Airflow's `job` table made by Airflow's DDL, then Overseer's migration):
+//! healthy with an unchecked transport, the broker killed, and Overseer killed
+//! with SIGKILL (its rows stale, the reason naming its host). The api-server
+//! itself runs on Postgres only (Airflow's api-server does not run on SQLite's
+//! single file shared with another writer, and Airflow does not support MariaDB).
+//!
 //! Compared field by field: everything of Overseer's entry but what the table
 //! does not hold (see [`NOT_FROM_THE_TABLE`]); the plugin writes those as `null`
 //! (checked), and its entry-level `reason` (Overseer has none) is checked on its
@@ -34,15 +44,18 @@
 //! Airflow's entry to equal one of the two (a heartbeat may land in between),
 //! retrying until a deadline.
 //!
-//! Needs the Airflow venv, PyPI (setuptools for the plugin's build), Postgres on
-//! loopback and `redis-server`; without them it says SKIPPED, and fails under `CI`.
+//! Needs the Airflow venv, PyPI (setuptools for the plugin's build, PyMySQL),
+//! Postgres and MariaDB on loopback and `redis-server`; without them it says
+//! SKIPPED, and fails under `CI`.
 
 mod support;
 
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sea_orm::DbBackend;
 use serde_json::Value;
 use support::airflow::{Airflow, CLI_DEADLINE, MIGRATE_DEADLINE};
 use support::{Serving, get, overseer, run, workdir};
@@ -55,6 +68,24 @@ const AGREE_DEADLINE: Duration = Duration::from_secs(60);
 /// Overseer's per-instance fields the `job` table does not hold: `since` and
 /// `previous` come from Overseer's history table, `detail` from its own checks.
 const NOT_FROM_THE_TABLE: [&str; 3] = ["since", "previous", "detail"];
+
+/// PyMySQL, for the read on MariaDB (pure Python, no dependency of its own).
+const PYMYSQL: &str = "PyMySQL==1.1.1";
+/// The plugin's read and rules in a loop: one line in (any), one read of the
+/// database `argv[1]` and the entry as one JSON line out (threshold `argv[2]`).
+const READER: &str = "\
+import json, sys
+from datetime import datetime, timedelta, timezone
+from sqlalchemy import create_engine
+from overseer_airflow.entry import executor_entry
+from overseer_airflow.read import executor_rows
+engine = create_engine(sys.argv[1])
+threshold = timedelta(seconds=float(sys.argv[2]))
+for _ in sys.stdin:
+    with engine.connect() as connection:
+        rows = executor_rows(connection)
+    print(json.dumps(executor_entry(rows, threshold, datetime.now(timezone.utc))), flush=True)
+";
 
 #[tokio::test]
 async fn airflows_endpoint_agrees_with_overseers() {
@@ -382,5 +413,155 @@ fn wait_for_airflow(airflow: &Airflow, what: &str, done: impl Fn(&Value) -> bool
         }
         assert!(Instant::now() < until, "{what}: last {entry}");
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test]
+async fn the_read_agrees_on_sqlite_and_mariadb() {
+    let Some(venv) = support::airflow::venv() else {
+        return;
+    };
+    if let Err(e) = Command::new("redis-server").arg("--version").output() {
+        overseer_testkit::unavailable::<()>("redis-server", e);
+        return;
+    }
+    // Only the plugin's Python runs here: Airflow's database is never opened.
+    let mut python = Airflow::new(venv, "postgresql://unused@127.0.0.1/unused");
+    if !python.install_plugin()
+        || !python.pip_install(PYMYSQL.as_ref(), "PyPI (pip fetches PyMySQL)")
+    {
+        return;
+    }
+    let mut dbs = vec![overseer_testkit::sqlite().await];
+    dbs.extend(overseer_testkit::mariadb().await);
+    for db in dbs {
+        db.create_airflow_job_table().await;
+        let sqlalchemy_url = match db.backend {
+            DbBackend::Sqlite => {
+                let path = db.url.trim_start_matches("sqlite://");
+                format!("sqlite:///{}", path.split('?').next().unwrap())
+            }
+            _ => db.url.replacen("mysql://", "mysql+pymysql://", 1),
+        };
+        let what = format!("{:?}", db.backend);
+        eprintln!("airflow health: the read on {what}");
+        let mut reader = Reader::start(&python, &sqlalchemy_url);
+
+        let dir = workdir();
+        let mut redis =
+            overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+        write_config(
+            dir.path(),
+            &db.url,
+            "sched-a",
+            &[
+                ("CeleryExecutor", &redis.url(None, 0)),
+                ("unchecked:CeleryExecutor", "sqs://"),
+            ],
+        );
+        let mut serving = Serving::start(&mut overseer(dir.path()));
+        let entry = reader.agree(&serving, &format!("{what}: healthy"), |e| {
+            health_of(e, "sched-a", "CeleryExecutor") == Some("healthy")
+                && health_of(e, "sched-a", "unchecked:CeleryExecutor") == Some("unknown")
+        });
+        assert_eq!(entry["status"], "healthy", "{entry}");
+
+        redis.kill();
+        let entry = reader.agree(&serving, &format!("{what}: broker killed"), |e| {
+            health_of(e, "sched-a", "CeleryExecutor") == Some("unhealthy")
+        });
+        assert_eq!(entry["detailed_status"], "degraded", "{entry}");
+
+        serving.child.kill().expect("SIGKILL to overseer");
+        let _ = serving.child.wait();
+        let until = Instant::now() + AGREE_DEADLINE;
+        let entry = loop {
+            let entry = reader.entry();
+            if entry["instances"].as_array().is_some_and(Vec::is_empty) {
+                break entry;
+            }
+            assert!(
+                Instant::now() < until,
+                "{what}: stale rows still live: {entry}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(
+            (&entry["status"], &entry["detailed_status"]),
+            (&Value::from("unhealthy"), &Value::from("down"))
+        );
+        let reason = entry["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with(
+                "Overseer on sched-a stopped heartbeating: its last heartbeat was at "
+            ),
+            "{what}: {reason}"
+        );
+    }
+    let strays = python.stop();
+    assert!(strays.is_empty(), "processes left behind: {strays:?}");
+}
+
+/// [`READER`] running in the Airflow venv with the plugin on its path.
+struct Reader {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Reader {
+    fn start(python: &Airflow, url: &str) -> Self {
+        let mut command = python.command("python");
+        command
+            .args(["-c", READER, url, &THRESHOLD_SECS.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("the reader starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// One read: the plugin's entry.
+    fn entry(&mut self) -> Value {
+        writeln!(self.stdin, "read").expect("the reader takes a line");
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("the reader answers");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("the reader's line {line:?}: {e}"))
+    }
+
+    /// As [`agree`], with the plugin's read in place of Airflow's endpoint.
+    fn agree(&mut self, overseer: &Serving, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let until = Instant::now() + AGREE_DEADLINE;
+        loop {
+            let before = support::health(overseer)["executor"].clone();
+            let theirs = self.entry();
+            let after = support::health(overseer)["executor"].clone();
+            if done(&theirs)
+                && [&before, &after]
+                    .iter()
+                    .any(|o| comparable(o) == comparable(&theirs))
+            {
+                return theirs;
+            }
+            assert!(
+                Instant::now() < until,
+                "{what}: the entries did not agree within {AGREE_DEADLINE:?}; last read (Overseer, plugin, Overseer): {before:#} {theirs:#} {after:#}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

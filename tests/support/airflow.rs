@@ -138,6 +138,23 @@ impl Airflow {
     pub fn install_plugin(&mut self) -> bool {
         let source = self.dir.path().join("plugin-source");
         copy_tree(Path::new(PLUGIN), &source);
+        if !self.pip_install(
+            source.as_os_str(),
+            "PyPI (pip fetches setuptools to build the plugin)",
+        ) {
+            return false;
+        }
+        let mut unit = self.command("python");
+        unit.args(["-m", "unittest", "discover", "-v", "-s"])
+            .arg(source.join("tests"));
+        let (ok, log) = finish(unit, CLI_DEADLINE, None);
+        assert!(ok, "the plugin's unit tests failed:\n{log}");
+        true
+    }
+
+    /// `pip install --no-deps --target site/ what` (a folder or a requirement);
+    /// `false` (skipped, saying `needs`) when PyPI cannot be reached.
+    pub fn pip_install(&self, what: &std::ffi::OsStr, needs: &str) -> bool {
         let mut pip = self.command("python");
         // pip's own settings (an index mirror, a CA bundle) and proxies, as set here.
         pip.envs(std::env::vars().filter(|(var, _)| {
@@ -152,31 +169,23 @@ impl Airflow {
             "--target",
         ])
         .arg(self.dir.path().join("site"))
-        .arg(&source);
+        .arg(what);
         let (ok, log) = finish(pip, PIP_DEADLINE, None);
         if !ok {
             let network = [
-                "Could not find a version that satisfies the requirement setuptools",
-                "No matching distribution found for setuptools",
+                "Could not find a version that satisfies the requirement",
+                "No matching distribution found for",
                 "NewConnectionError",
                 "Temporary failure in name resolution",
                 "Network is unreachable",
             ];
             if network.iter().any(|n| log.contains(n)) {
                 let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
-                overseer_testkit::unavailable::<()>(
-                    "PyPI (pip fetches setuptools to build the plugin)",
-                    errors.join(" "),
-                );
+                overseer_testkit::unavailable::<()>(needs, errors.join(" "));
                 return false;
             }
-            panic!("pip install {PLUGIN} failed:\n{log}");
+            panic!("pip install {} failed:\n{log}", what.to_string_lossy());
         }
-        let mut unit = self.command("python");
-        unit.args(["-m", "unittest", "discover", "-v", "-s"])
-            .arg(source.join("tests"));
-        let (ok, log) = finish(unit, CLI_DEADLINE, None);
-        assert!(ok, "the plugin's unit tests failed:\n{log}");
         true
     }
 
