@@ -9,7 +9,7 @@
 //! ```
 //! - `--smoke`: CI's pass (tiny sizes, one run each, no assertion on any figure),
 //!   written to a temporary folder unless `--out` says otherwise.
-//! - `--only loop,scale,detection,http,celery,probe`: some sections (also to a temporary folder).
+//! - `--only loop,scale,detection,http,celery,probe,plugin`: some sections (also to a temporary folder).
 //! - `--out DIR`: where `BENCHMARKS.md` and `docs/bench/*.svg` go (default: the workspace).
 //!
 //! Exit code 1 when a section failed or was only partly measured (the report is
@@ -54,7 +54,7 @@ use crate::plan::Plan;
 use crate::report::{Body, Out, Outcome, RunInfo, Section, Skip};
 
 /// The sections, in the report's order: (id for `--only`, title).
-const SECTIONS: [(&str, &str); 6] = [
+const SECTIONS: [(&str, &str); 7] = [
     ("loop", "1. The host's main loop beside hung executors"),
     ("scale", "2. Scale: executors polled every second"),
     (
@@ -64,10 +64,13 @@ const SECTIONS: [(&str, &str); 6] = [
     ("http", "4. The health endpoint under load"),
     ("celery", "5. The Celery check beside Python"),
     ("probe", "6. A probe that floods its output"),
+    (
+        "plugin",
+        "7. Airflow's own health endpoint with Overseer's plugin",
+    ),
 ];
 
-const USAGE: &str =
-    "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe] [--out DIR]";
+const USAGE: &str = "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe,plugin] [--out DIR]";
 
 struct Options {
     smoke: bool,
@@ -201,6 +204,7 @@ fn run(options: Options) -> Result<ExitCode> {
             "detection" => binary().and_then(|b| sections::detection::run(&plan, &out, &b)),
             "http" => binary().and_then(|b| runtime.block_on(sections::http::run(&plan, &out, &b))),
             "probe" => runtime.block_on(sections::probe::run(&plan)),
+            "plugin" => binary().and_then(|b| runtime.block_on(sections::plugin::run(&plan, &b))),
             _ => runtime.block_on(sections::celery::run(&plan, &out)),
         };
         let (body, outcome) = match result {

@@ -21,20 +21,20 @@ use crate::system;
 use crate::venv;
 
 /// wrk's threads: one per core of this 2-core machine (wrk and the server share them).
-const WRK_THREADS: u32 = 2;
+pub(crate) const WRK_THREADS: u32 = 2;
 /// wrk's request timeout: long enough that a slow server's latencies are counted, not dropped.
-const WRK_TIMEOUT: &str = "10s";
+pub(crate) const WRK_TIMEOUT: &str = "10s";
 /// `airflow db migrate` on an empty database.
-const MIGRATE_DEADLINE: Duration = Duration::from_secs(600);
+pub(crate) const MIGRATE_DEADLINE: Duration = Duration::from_secs(600);
 /// Airflow's API server, from a cold interpreter, until it answers.
-const AIRFLOW_START_DEADLINE: Duration = Duration::from_secs(300);
+pub(crate) const AIRFLOW_START_DEADLINE: Duration = Duration::from_secs(300);
 /// The component rows' liveness threshold for both servers (Airflow's own
 /// variables, which Overseer reads too), so the rows inserted once stay alive.
-const THRESHOLD_S: &str = "3600";
+pub(crate) const THRESHOLD_S: &str = "3600";
 /// Airflow's API server workers: one per core, as Airflow's `[api] workers`
 /// documentation advises (its default is 1); Overseer's actix server also runs
 /// one worker per core.
-const AIRFLOW_WORKERS: &str = "2";
+pub(crate) const AIRFLOW_WORKERS: &str = "2";
 
 /// The reference route's path: the health endpoint's, so wrk's requests are the same bytes.
 const BARE_PATH: &str = "/api/v2/monitor/health";
@@ -104,12 +104,12 @@ const BARE_LABEL: &str = "bare actix-web route, the same bytes (the reference)";
 
 /// What one wrk run measured.
 #[derive(Debug, Clone)]
-struct Load {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    requests: f64,
-    errors: Option<String>,
+pub(crate) struct Load {
+    pub(crate) rps: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) requests: f64,
+    pub(crate) errors: Option<String>,
 }
 
 fn latency_ms(text: &str) -> Option<f64> {
@@ -126,7 +126,7 @@ fn latency_ms(text: &str) -> Option<f64> {
     })
 }
 
-fn wrk(url: &str, connections: u32, seconds: u32) -> Result<Load> {
+pub(crate) fn wrk(url: &str, connections: u32, seconds: u32) -> Result<Load> {
     let out = Command::new("wrk")
         .arg(format!("-t{WRK_THREADS}"))
         .arg(format!("-c{connections}"))
@@ -383,7 +383,7 @@ fn bare_ratio_table(plan: &Plan, targets: &[Target]) -> String {
 }
 
 /// The environment both servers share: Airflow's own variables (Overseer reads them too).
-fn airflow_variables(db: &BenchDb, dir: &Path) -> Vec<(&'static str, String)> {
+pub(crate) fn airflow_variables(db: &BenchDb, dir: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", db.sqlalchemy_url()),
         ("AIRFLOW__CORE__EXECUTOR", "LocalExecutor".into()),
@@ -416,7 +416,12 @@ fn airflow_variables(db: &BenchDb, dir: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn airflow_command(venv: &Path, dir: &Path, env: &[(&str, String)], args: &[&str]) -> Command {
+pub(crate) fn airflow_command(
+    venv: &Path,
+    dir: &Path,
+    env: &[(&str, String)],
+    args: &[&str],
+) -> Command {
     let mut command = process::clean_command(venv.join("bin/airflow"), dir);
     let path = std::env::var("PATH").unwrap_or_default();
     command

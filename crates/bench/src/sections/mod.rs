@@ -6,5 +6,6 @@ pub mod celery;
 pub mod detection;
 pub mod http;
 pub mod main_loop;
+pub mod plugin;
 pub mod probe;
 pub mod scale;
