@@ -147,8 +147,8 @@ def _sort_key(i: dict[str, Any]) -> tuple:
 def executor_entry(rows: Iterable[Row], threshold: timedelta, now: datetime) -> dict[str, Any]:
     """The ``executor`` entry from the ``ExecutorJob`` rows read at ``now``.
 
-    ``rows`` must hold every row without ``end_date`` and at least the row with
-    the latest heartbeat (what :mod:`overseer_airflow.read` selects).
+    ``rows`` must hold every running row without ``end_date`` and at least the
+    row with the latest heartbeat (what :mod:`overseer_airflow.read` selects).
     """
     rows = list(rows)
     latest = most_recent(rows)

@@ -1,11 +1,13 @@
 """The one read of the ``job`` table per health request, through any SQLAlchemy
 session or connection (Airflow's own session inside the api-server).
 
-One statement: every ``ExecutorJob`` row without ``end_date`` (the open rows,
-live or stale), and the row(s) with the latest heartbeat (so that, when every
-supervisor has stopped, the entry can say when). The rows are found through
-Airflow's index ``job_type_heart`` (``job_type, latest_heartbeat``); the latest
-heartbeat is its last entry for the type.
+One statement: every running ``ExecutorJob`` row without ``end_date`` (the open
+rows, live or stale: Overseer's open rows are the running ones), and the row(s)
+with the latest heartbeat (so that, when every supervisor has stopped, the entry
+can say when). Both halves are found through Airflow's indexes: the running rows
+through ``idx_job_state_heartbeat`` (``state, latest_heartbeat``), however many
+closed rows past restarts left; the latest heartbeat as the last entry of
+``job_type_heart`` (``job_type, latest_heartbeat``) for the type.
 
 Times come back as each database and driver gives them (aware on Postgres,
 naive UTC on MySQL, text on SQLite, where Airflow writes ``2026-11-29
@@ -28,7 +30,7 @@ SELECT id, state, executor_class, hostname, end_date, latest_heartbeat,
        executor_health_checked_at
 FROM job
 WHERE job_type = :job_type
-  AND (end_date IS NULL
+  AND ((state = 'running' AND end_date IS NULL)
        OR latest_heartbeat = (SELECT MAX(latest_heartbeat) FROM job WHERE job_type = :job_type))"""
 
 
