@@ -7,9 +7,8 @@ A plain ASGI middleware, so that it sees the response as it is sent:
   Starlette finds routes: the request path less the app's ``root_path``) is
   touched; every other request passes straight through;
 - the read of the ``job`` table starts with the request, beside Airflow's own
-  work, through Airflow's asynchronous session (no thread per request; its
-  synchronous one in a worker thread where Airflow has no asynchronous one),
-  bounded by :data:`READ_TIMEOUT`;
+  work, in a worker thread (Airflow's session is synchronous), bounded by
+  :data:`READ_TIMEOUT`;
 - the response is held until its last body chunk (it may stream), and then only
   a ``200`` JSON object is changed: ``"executor": {...}`` is inserted before its
   closing brace, so the entries Airflow wrote stay byte for byte, and
@@ -137,9 +136,8 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
 class ExecutorHealthMiddleware:
     """Adds the ``executor`` entry to Airflow's health JSON (see the module doc).
 
-    ``read_rows`` (tests) replaces the read through Airflow's session with a
-    blocking function run in a worker thread; ``threshold`` replaces
-    ``[overseer] executor_health_check_threshold``.
+    ``read_rows`` (tests) replaces the read through Airflow's session;
+    ``threshold`` replaces ``[overseer] executor_health_check_threshold``.
     """
 
     def __init__(
@@ -149,7 +147,7 @@ class ExecutorHealthMiddleware:
         threshold: timedelta | None = None,
     ) -> None:
         self.app = app
-        self.read_rows = read_rows
+        self.read_rows = read_rows or airflow_rows
         if threshold is None:
             from airflow.configuration import conf
 
@@ -177,9 +175,8 @@ class ExecutorHealthMiddleware:
         """The entry, from one read of the ``job`` table made now."""
         from starlette.concurrency import run_in_threadpool
 
-        read = run_in_threadpool(self.read_rows) if self.read_rows else airflow_rows()
         try:
-            rows = await asyncio.wait_for(read, READ_TIMEOUT)
+            rows = await asyncio.wait_for(run_in_threadpool(self.read_rows), READ_TIMEOUT)
         except asyncio.TimeoutError:
             log.warning("Overseer: the job table did not answer within %gs", READ_TIMEOUT)
             return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s")
@@ -256,23 +253,11 @@ class Reply:
         return gzip.compress(changed, compresslevel=5) if encoding == b"gzip" else changed
 
 
-async def airflow_rows() -> list[Row]:
-    """The rows, read through Airflow's own database session: its asynchronous
-    one where Airflow made it (the api-server does, with asyncpg on Postgres: no
-    thread per request), else its synchronous one in a worker thread."""
-    from airflow import settings
-
-    from overseer_airflow.read import executor_rows, executor_rows_async
-
-    if settings.AsyncSession is not None:
-        async with settings.AsyncSession() as session:
-            return await executor_rows_async(session)
-
+def airflow_rows() -> list[Row]:
+    """The rows, read through Airflow's own database session."""
     from airflow.utils.session import create_session
-    from starlette.concurrency import run_in_threadpool
 
-    def read() -> list[Row]:
-        with create_session() as session:
-            return executor_rows(session)
+    from overseer_airflow.read import executor_rows
 
-    return await run_in_threadpool(read)
+    with create_session() as session:
+        return executor_rows(session)

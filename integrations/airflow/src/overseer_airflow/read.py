@@ -46,8 +46,15 @@ def utc(value: Any) -> datetime | None:
     return value.astimezone(timezone.utc)
 
 
-def rows(result: Any) -> list[Row]:
-    """The rows of :data:`QUERY`'s result, their times made aware UTC."""
+def executor_rows(session: Any) -> list[Row]:
+    """The ``ExecutorJob`` rows the entry is built from, by :data:`QUERY`.
+
+    ``session`` is a SQLAlchemy ``Session`` or ``Connection``; errors are the
+    database's, raised as they come.
+    """
+    from sqlalchemy import text
+
+    result = session.execute(text(QUERY), {"job_type": JOB_TYPE})
     return [
         Row(
             id=r.id,
@@ -63,24 +70,3 @@ def rows(result: Any) -> list[Row]:
         )
         for r in result
     ]
-
-
-def statement() -> Any:
-    """:data:`QUERY` as SQLAlchemy's ``text``, with its parameter."""
-    from sqlalchemy import text
-
-    return text(QUERY).bindparams(job_type=JOB_TYPE)
-
-
-def executor_rows(session: Any) -> list[Row]:
-    """The ``ExecutorJob`` rows the entry is built from, by :data:`QUERY`.
-
-    ``session`` is a SQLAlchemy ``Session`` or ``Connection``; errors are the
-    database's, raised as they come.
-    """
-    return rows(session.execute(statement()))
-
-
-async def executor_rows_async(session: Any) -> list[Row]:
-    """:func:`executor_rows` through an ``AsyncSession`` or ``AsyncConnection``."""
-    return rows(await session.execute(statement()))
