@@ -278,8 +278,8 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
         body,
         "**For an operator**: the plugin changed the median latency of Airflow's own health \
          endpoint by {} (goal: under {GOAL_PERCENT:.0}%: {}). It reads the `job` table once per \
-         request, beside Airflow's own reads, in a worker thread; every other route passes \
-         through untouched.",
+         request, once Airflow's answer is complete, in a worker thread; every other route \
+         passes through untouched.",
         said.join(", "),
         if met { "met" } else { "not met" },
     );

@@ -6,9 +6,12 @@ A plain ASGI middleware, so that it sees the response as it is sent:
 - only ``GET`` of the health route (under any ``[api] base_url`` prefix, found as
   Starlette finds routes: the request path less the app's ``root_path``) is
   touched; every other request passes straight through;
-- the read of the ``job`` table starts with the request, beside Airflow's own
-  work, in a worker thread (Airflow's session is synchronous), bounded by
-  :data:`READ_TIMEOUT`;
+- the read of the ``job`` table starts once Airflow's answer is complete, so
+  that a request holds at most one connection of Airflow's pool at a time (a
+  read beside Airflow's own pushed the pool into its overflow, whose
+  connections are opened and closed per use); it runs in a worker thread
+  (Airflow's session is synchronous: its asynchronous one measured twice the
+  CPU per read), bounded by :data:`READ_TIMEOUT`;
 - the response is held until its last body chunk (it may stream), and then only
   a ``200`` JSON object is changed: ``"executor": {...}`` is inserted before its
   closing brace, so the entries Airflow wrote stay byte for byte, and
@@ -162,14 +165,9 @@ class ExecutorHealthMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        reading = asyncio.ensure_future(self.entry())
-        reply = Reply(send, reading)
-        try:
-            await self.app(scope, receive, reply.send)
-            await reply.close()
-        finally:
-            if not reading.done():
-                reading.cancel()
+        reply = Reply(send, self.entry)
+        await self.app(scope, receive, reply.send)
+        await reply.close()
 
     async def entry(self) -> dict[str, Any]:
         """The entry, from one read of the ``job`` table made now."""
@@ -191,7 +189,7 @@ class Reply:
     """Airflow's reply to one health request, held until its last chunk, then
     sent with the entry (see the module doc)."""
 
-    def __init__(self, send: Send, entry: "asyncio.Future[dict[str, Any]]") -> None:
+    def __init__(self, send: Send, entry: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self._send, self._entry = send, entry
         #: ``http.response.start``, held; ``None`` once passed on.
         self._start: Message | None = None
@@ -247,7 +245,7 @@ class Reply:
 
     async def _changed(self, body: bytes, encoding: bytes) -> bytes | None:
         plain = gzip.decompress(body) if encoding == b"gzip" else body
-        changed = add_entry(plain, await self._entry)
+        changed = add_entry(plain, await self._entry())
         if changed is None:
             return None
         return gzip.compress(changed, compresslevel=5) if encoding == b"gzip" else changed
