@@ -175,15 +175,10 @@ async fn after_kill_9_the_restarted_service_reports_no_ghost() {
     );
 }
 
-/// A broker's death is seen the moment it happens, not at the next tick: with
-/// an hour between polls, the broker killed (SIGKILL) turns the executor
-/// unhealthy on HTTP at once, through the connection Overseer holds to it; and
-/// its return turns it healthy at once too.
-#[test]
-fn a_broker_that_dies_between_polls_is_unhealthy_at_once_and_its_return_healthy() {
-    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
-        return;
-    };
+/// With an hour between polls, `overseer serve` on Airflow's environment with
+/// the Celery broker `broker_url`, healthy at its first poll: afterwards, only
+/// an alarm polls again.
+fn serving_with_an_hour_between_polls(broker_url: &str) -> (tempfile::TempDir, Serving) {
     let dir = workdir();
     std::fs::write(
         dir.path().join("overseer.toml"),
@@ -194,28 +189,45 @@ fn a_broker_that_dies_between_polls_is_unhealthy_at_once_and_its_return_healthy(
     let serving = Serving::start(
         overseer(dir.path())
             .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0)),
+            .env("AIRFLOW__CELERY__BROKER_URL", broker_url),
     );
     health_until(&serving, "healthy at the first poll", |j| {
         celery(j).is_some_and(|c| c["health"] == "healthy")
     });
-    // Only an alarm polls again within the hour.
-    broker.kill();
-    let json = health_until(&serving, "unhealthy without waiting for a tick", |j| {
-        celery(j).is_some_and(|c| c["health"] == "unhealthy")
+    (dir, serving)
+}
+
+/// Waits for the executor to turn `health` (`what` says why): its verdict.
+fn celery_until(serving: &Serving, what: &str, health: &str) -> serde_json::Value {
+    let json = health_until(serving, what, |j| {
+        celery(j).is_some_and(|c| c["health"] == health)
     });
-    let reason = celery(&json).unwrap()["reason"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    celery(&json).unwrap().clone()
+}
+
+/// A broker's death is seen the moment it happens, not at the next tick: with
+/// an hour between polls, the broker killed (SIGKILL) turns the executor
+/// unhealthy on HTTP at once, through the connection Overseer holds to it; and
+/// its return turns it healthy at once too.
+#[test]
+fn a_broker_that_dies_between_polls_is_unhealthy_at_once_and_its_return_healthy() {
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let (_dir, serving) = serving_with_an_hour_between_polls(&broker.url(None, 0));
+    broker.kill();
+    let verdict = celery_until(
+        &serving,
+        "unhealthy without waiting for a tick",
+        "unhealthy",
+    );
+    let reason = verdict["reason"].as_str().unwrap();
     assert!(
         reason.contains(&broker.url(None, 0)),
         "names the broker: {reason}"
     );
     broker.resume().unwrap();
-    health_until(&serving, "healthy again once the broker is back", |j| {
-        celery(j).is_some_and(|c| c["health"] == "healthy")
-    });
+    celery_until(&serving, "healthy again once the broker is back", "healthy");
 }
 
 /// A TCP proxy of the test's own in front of the machine's RabbitMQ: killing it
@@ -284,27 +296,13 @@ fn a_rabbitmq_broker_that_dies_between_polls_is_unhealthy_at_once() {
     }
     let proxy = BrokerProxy::start(overseer_testkit::throwaway::free_port());
     let broker = format!("amqp://guest:guest@127.0.0.1:{}//", proxy.port);
-    let dir = workdir();
-    std::fs::write(
-        dir.path().join("overseer.toml"),
-        "[supervisor]\npoll_interval = \"1h\"\npoll_timeout = \"5s\"\n\
-         heartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n",
-    )
-    .unwrap();
-    let serving = Serving::start(
-        overseer(dir.path())
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", &broker),
-    );
-    health_until(&serving, "healthy at the first poll", |j| {
-        celery(j).is_some_and(|c| c["health"] == "healthy")
-    });
+    let (_dir, serving) = serving_with_an_hour_between_polls(&broker);
     let port = proxy.kill();
-    health_until(&serving, "unhealthy without waiting for a tick", |j| {
-        celery(j).is_some_and(|c| c["health"] == "unhealthy")
-    });
+    celery_until(
+        &serving,
+        "unhealthy without waiting for a tick",
+        "unhealthy",
+    );
     let _proxy = BrokerProxy::start(port);
-    health_until(&serving, "healthy again once the broker is back", |j| {
-        celery(j).is_some_and(|c| c["health"] == "healthy")
-    });
+    celery_until(&serving, "healthy again once the broker is back", "healthy");
 }

@@ -155,19 +155,45 @@ async fn rabbitmq_ping_hears_the_worker_and_notices_when_it_is_gone() {
     }
 }
 
+/// A real worker on a control exchange and queue of its own, and a check that
+/// found it answering.
+struct Answering {
+    worker: Worker,
+    check: CeleryCheck,
+    venv: std::path::PathBuf,
+    exchange: String,
+    queue: String,
+}
+
+/// [`Answering`] on `url`, or `None` (skipped) without the Celery venv.
+async fn answering(url: &str) -> Option<Answering> {
+    let venv = support::venv()?;
+    let exchange = support::unique_name("overseer-ce");
+    let queue = support::unique_name("overseer-ping");
+    let worker = Worker::start(&venv, url, &exchange, &queue);
+    let check = check(url, &exchange, &queue);
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    Some(Answering {
+        worker,
+        check,
+        venv,
+        exchange,
+        queue,
+    })
+}
+
 /// Pings a frozen worker (SIGSTOP: its pidbox subscription stays, so the broker
 /// counts it as listening) `POLLS` times on `url`: every verdict is that the
 /// worker did not answer, none that the broker stopped answering.
 async fn a_frozen_worker_is_blamed_and_never_the_broker(url: &str) {
     const POLLS: usize = 5;
-    let Some(venv) = support::venv() else { return };
-    let exchange = support::unique_name("overseer-ce");
-    let queue = support::unique_name("overseer-ping");
-    let mut worker = Worker::start(&venv, url, &exchange, &queue);
-    let check = check(url, &exchange, &queue);
-    let (health, probe) = poll(&check).await;
-    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
-
+    let Some(Answering {
+        mut worker, check, ..
+    }) = answering(url).await
+    else {
+        return;
+    };
     worker.signal("STOP");
     let mut verdicts = Vec::with_capacity(POLLS);
     for _ in 0..POLLS {
@@ -202,14 +228,16 @@ async fn rabbitmq_a_frozen_worker_is_never_taken_for_a_broker_that_stopped_answe
 /// state, reached on purpose): it still answers the ping, with no queue, and
 /// the verdict names it at the next poll, with no task waiting.
 async fn a_worker_that_consumes_no_queue_is_named(url: &str) {
-    let Some(venv) = support::venv() else { return };
-    let exchange = support::unique_name("overseer-ce");
-    let queue = support::unique_name("overseer-ping");
-    let mut worker = Worker::start(&venv, url, &exchange, &queue);
-    let check = check(url, &exchange, &queue);
-    let (health, probe) = poll(&check).await;
-    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
-
+    let Some(Answering {
+        mut worker,
+        check,
+        venv,
+        exchange,
+        queue,
+    }) = answering(url).await
+    else {
+        return;
+    };
     let mut cancel = overseer_testkit::celery::python(&venv, url, &exchange);
     cancel.args([
         "-m",
