@@ -118,6 +118,9 @@ struct Polled {
     detail: Option<Arc<Detail>>,
     /// The note of the verdict held.
     note: Option<String>,
+    /// Its alarm rang while a poll was in flight: what that poll answers may
+    /// predate the ring, so one more poll follows its answer.
+    rung: bool,
 }
 
 /// The actor that polls every executor.
@@ -156,6 +159,7 @@ impl HealthSupervisor {
                 reported_at: None,
                 detail: None,
                 note: None,
+                rung: false,
             })
             .collect();
         Self {
@@ -207,7 +211,8 @@ impl HealthSupervisor {
     }
 
     /// An alarm: polls executor `index` now, out of turn, under the same guard
-    /// (a poll in flight is left to answer) and with the same timeout. The poll
+    /// and with the same timeout. A poll in flight is left to answer, and one
+    /// more follows its answer (what it says may predate the ring). The poll
     /// takes a tick number of its own, so its timer expires it alone.
     fn poll_now(&mut self, index: usize, ctx: &mut Context<Self>) {
         let Some(answers) = self.answers.clone() else {
@@ -217,8 +222,10 @@ impl HealthSupervisor {
             return;
         };
         if executor.in_flight.is_some() {
+            executor.rung = true;
             return;
         }
+        executor.rung = false;
         self.tick += 1;
         let tick = self.tick;
         executor.in_flight = Some(InFlight {
@@ -418,8 +425,17 @@ impl Actor for HealthSupervisor {
 impl Handler<Answered> for HealthSupervisor {
     type Result = ();
 
-    fn handle(&mut self, answer: Answered, _: &mut Context<Self>) {
+    fn handle(&mut self, answer: Answered, ctx: &mut Context<Self>) {
+        let index = answer.executor;
         self.answered(answer);
+        // A ring during the poll just answered: poll again, now.
+        if self
+            .executors
+            .get(index)
+            .is_some_and(|e| e.rung && e.in_flight.is_none())
+        {
+            self.poll_now(index, ctx);
+        }
     }
 }
 
