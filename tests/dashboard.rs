@@ -18,7 +18,7 @@ use std::time::Duration;
 use chrono::Utc;
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::{Value, json};
-use support::browser::Driver;
+use support::browser::{Driver, report_time};
 use support::{Heartbeat, Serving, get, overseer, workdir};
 
 /// The shared Redis on this machine.
@@ -152,10 +152,7 @@ async fn the_dashboard_shows_four_cards_and_follows_a_verdict_change_live() {
             "no health check for LocalExecutor"
         ]),
     );
-    browser.wait_for(
-        "return document.getElementById('connection').dataset.state",
-        json!("live"),
-    );
+    browser.wait_live();
     // The worst state leads: the tab's title, its favicon, the line at the top
     // (each executor named with its host, as two hosts report).
     browser.wait_for("return document.title", json!("✖ Overseer: 1 unhealthy"));
@@ -253,18 +250,13 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
     let db = migrated_sqlite().await;
     let dir = workdir();
     let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
-    browser.open(&serving.url("/"));
-    browser.wait_for(
-        "return document.getElementById('connection').dataset.state",
-        json!("live"),
-    );
+    browser.open_live(&serving.url("/"));
 
     // A report no check on this machine could give: workers that answered and
     // task instances queued for minutes. The page renders it as it renders the
     // service's, with the stream closed so that no report of the service's
     // replaces it, and is read in the same script.
-    let at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    let at = at.replace('Z', "+00:00");
+    let at = report_time(Utc::now());
     let instance = |executor: &str, broker: &str, detail: Value| {
         json!({
             "executor": executor, "instance": broker, "hostname": "sched-1",
@@ -648,21 +640,13 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
     let db = migrated_sqlite().await;
     let dir = workdir();
     let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
-    browser.open(&serving.url("/"));
-    browser.wait_for(
-        "return document.getElementById('connection').dataset.state",
-        json!("live"),
-    );
+    browser.open_live(&serving.url("/"));
 
     // A day no test could live through: the page is given a report and the
     // history route's answer (newest first, as the route gives it), with the
     // stream closed so that no report of the service's replaces them.
     let now = Utc::now();
-    let at = |ago: chrono::Duration| {
-        (now - ago)
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-            .replace('Z', "+00:00")
-    };
+    let at = |ago: chrono::Duration| report_time(now - ago);
     let broker = "redis://broker:6379/0";
     let change = |instance: &str, from: Value, to: &str, reason: Value, ago| {
         json!({"executor": "CeleryExecutor", "instance": instance, "hostname": "sched-1",

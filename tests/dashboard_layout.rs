@@ -10,7 +10,7 @@ mod support;
 
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::{Value, json};
-use support::browser::Driver;
+use support::browser::{Driver, report_time};
 use support::{Serving, overseer, workdir};
 
 /// Every box the page draws that holds text, and whether its content is wider
@@ -175,14 +175,8 @@ async fn fifty_instances_stay_readable_and_filterable() {
     let db = overseer_testkit::sqlite().await;
     let dir = workdir();
     let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
-    browser.open(&serving.url("/"));
-    browser.wait_for(
-        "return document.getElementById('connection').dataset.state",
-        json!("live"),
-    );
-    let at = chrono::Utc::now()
-        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-        .replace('Z', "+00:00");
+    browser.open_live(&serving.url("/"));
+    let at = report_time(chrono::Utc::now());
     let instances: Vec<Value> = (0..50)
         .map(|n| {
             let health = ["healthy", "unhealthy", "healthy", "unknown", "healthy"][n % 5];

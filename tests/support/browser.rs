@@ -114,6 +114,20 @@ impl Driver {
         }
     }
 
+    /// Opens `url`, a dashboard, and waits until its report stream is live.
+    pub fn open_live(&self, url: &str) {
+        self.open(url);
+        self.wait_live();
+    }
+
+    /// Waits until the open dashboard's report stream is live.
+    pub fn wait_live(&self) {
+        self.wait_for(
+            "return document.getElementById('connection').dataset.state",
+            json!("live"),
+        );
+    }
+
     /// Evaluates `script` until it returns true; if it never does, the failure
     /// shows what `show` returns.
     pub fn wait_until(&self, script: &str, show: &str) {
@@ -178,4 +192,11 @@ fn decode_base64(text: &str) -> Vec<u8> {
             bytes[1..chunk.len()].to_vec()
         })
         .collect()
+}
+
+/// A moment as the report's JSON writes it (Python's `isoformat()` of an aware
+/// UTC time, `2026-11-29T19:48:48.365305+00:00`), for reports a test renders.
+pub fn report_time(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        .replace('Z', "+00:00")
 }

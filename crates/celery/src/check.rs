@@ -525,7 +525,7 @@ pub fn executor_with(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn depth(queue: &str, messages: Option<u64>, consumers: Option<u32>) -> QueueDepth {
@@ -537,7 +537,8 @@ mod tests {
         }
     }
 
-    fn worker(name: &str, queues: Option<&[&str]>) -> WorkerDetail {
+    /// A worker that answered the ping, with the queues it said (`None`: not said).
+    pub(crate) fn worker(name: &str, queues: Option<&[&str]>) -> WorkerDetail {
         WorkerDetail {
             name: name.into(),
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),

@@ -102,9 +102,9 @@ fn judge(
 
 #[cfg(test)]
 mod tests {
-    use overseer_core::detail::WorkerDetail;
-
     use super::*;
+    use crate::check::tests::worker;
+    use overseer_core::detail::WorkerDetail;
 
     fn failed(broker: &str, reason: &str) -> BrokerReport {
         BrokerReport {
@@ -168,15 +168,6 @@ mod tests {
             said.starts_with("0 of at least 2 workers answered ping within 1s (ping 0: eee"),
             "{said}"
         );
-    }
-
-    fn worker(name: &str, queues: Option<&[&str]>) -> WorkerDetail {
-        WorkerDetail {
-            name: name.into(),
-            queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
-            state: None,
-            free_concurrency: None,
-        }
     }
 
     #[test]
