@@ -52,7 +52,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, FixedOffset, Utc};
@@ -942,22 +942,8 @@ impl Run {
     /// A command with a clean environment: the basics, the venv first on the PATH, the
     /// run's marker, and Airflow's configuration (which Overseer reads too).
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut command = Command::new(program);
+        let mut command = support::airflow::clean_command(program, self.dir(), &self.venv);
         command
-            .current_dir(self.dir())
-            .env_clear()
-            .stdin(Stdio::null());
-        for var in ["HOME", "TMPDIR", "LANG"] {
-            if let Ok(value) = std::env::var(var) {
-                command.env(var, value);
-            }
-        }
-        let path = std::env::var("PATH").unwrap_or_default();
-        command
-            .env(
-                "PATH",
-                format!("{}:{path}", self.venv.join("bin").display()),
-            )
             .env(MARKER_VAR, &self.procs.marker)
             .env("PYTHONUNBUFFERED", "1")
             .env("AIRFLOW_HOME", self.dir().join("airflow-home"))

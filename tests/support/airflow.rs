@@ -111,22 +111,12 @@ impl Airflow {
     /// A command from the venv with a clean environment: the basics, the run's
     /// marker and Airflow's configuration.
     pub fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(self.venv.join("bin").join(program));
+        let mut command = clean_command(
+            self.venv.join("bin").join(program),
+            self.dir.path(),
+            &self.venv,
+        );
         command
-            .current_dir(self.dir.path())
-            .env_clear()
-            .stdin(Stdio::null());
-        for var in ["HOME", "TMPDIR", "LANG"] {
-            if let Ok(value) = std::env::var(var) {
-                command.env(var, value);
-            }
-        }
-        let path = std::env::var("PATH").unwrap_or_default();
-        command
-            .env(
-                "PATH",
-                format!("{}:{path}", self.venv.join("bin").display()),
-            )
             .env(MARKER_VAR, &self.marker)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         command
@@ -387,4 +377,20 @@ pub fn cmdline(pid: u32) -> String {
 pub fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// `program` run in `dir` with a clean environment: only `HOME`, `TMPDIR` and
+/// `LANG` kept, `venv`'s `bin` first on the `PATH`, nothing on standard input.
+/// Each harness adds its run's marker and Airflow's configuration.
+pub fn clean_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path, venv: &Path) -> Command {
+    let mut command = Command::new(program);
+    command.current_dir(dir).env_clear().stdin(Stdio::null());
+    for var in ["HOME", "TMPDIR", "LANG"] {
+        if let Ok(value) = std::env::var(var) {
+            command.env(var, value);
+        }
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    command.env("PATH", format!("{}:{path}", venv.join("bin").display()));
+    command
 }
