@@ -280,14 +280,23 @@ pub fn serve_overseer(bin: &Path, dir: &Path, env: &[(&str, String)]) -> Result<
         .env("RUST_LOG", "warn,overseer::serve=info")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     let mut server = Server::spawn("overseer serve", command, dir.join("overseer.log"))?;
-    let addr = server.wait_for("saying where it listens", SERVE_START_DEADLINE, |s| {
-        s.log_text()
-            .split("listening on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_owned)
-    })?;
+    let addr = server.wait_for(
+        "saying where it listens",
+        SERVE_START_DEADLINE,
+        listening_addr,
+    )?;
     Ok((server, addr))
+}
+
+/// The `host:port` a server's log says it listens on (`... listening on
+/// http://ADDR`), once it has said so.
+pub fn listening_addr(server: &Server) -> Option<String> {
+    server
+        .log_text()
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
 }
 
 fn agent() -> ureq::Agent {

@@ -84,13 +84,11 @@ fn start_bare(dir: &Path, body: &str) -> Result<(Server, String)> {
         .args(["--scenario", "bare-route"])
         .arg(format!("body={}", path.display()));
     let mut server = Server::spawn("bare actix-web route", command, dir.join("bare.log"))?;
-    let addr = server.wait_for("saying where it listens", Duration::from_secs(30), |s| {
-        s.log_text()
-            .split("listening on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_owned)
-    })?;
+    let addr = server.wait_for(
+        "saying where it listens",
+        Duration::from_secs(30),
+        process::listening_addr,
+    )?;
     Ok((server, addr))
 }
 
