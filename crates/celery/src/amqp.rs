@@ -52,7 +52,8 @@ const CONNECTION_NAME: &str = "overseer health check";
 struct State {
     /// The open connection, reused while it stays connected.
     conn: Option<Arc<Connection>>,
-    /// A connection attempt that outlived an earlier poll's deadline.
+    /// A connection attempt that outlived an earlier poll's deadline: the next
+    /// poll joins it, and tries once afresh if it failed.
     pending: Option<JoinHandle<lapin::Result<Connection>>>,
 }
 
@@ -123,45 +124,62 @@ impl AmqpCheck {
             }
             state.conn = None;
         }
-        let uri = self.uri.clone();
-        let tls_config = match (&state.pending, &self.tls) {
-            (None, Some(options)) => Some(self.tls_config(options)?),
-            _ => None,
-        };
-        let attempt = state.pending.get_or_insert_with(|| {
-            tokio::spawn(async move {
-                let properties =
-                    ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
-                match tls_config {
-                    None => Connection::connect_uri(uri, properties).await,
-                    Some(config) => {
-                        DefaultConnectionBuilder::new()?
-                            .with_uri(uri)
-                            .with_properties(properties)
-                            .with_tls_config(config)
-                            .connect()
-                            .await
-                    }
+        // An attempt inherited from an earlier poll began before this one: its
+        // failure says what the broker was then (refused while it was down),
+        // not now, so it is never this poll's answer; one fresh attempt is.
+        let mut inherited = state.pending.is_some();
+        loop {
+            let attempt = match state.pending.take() {
+                Some(attempt) => attempt,
+                None => self.attempt()?,
+            };
+            let joined = match timeout_at(deadline, state.pending.insert(attempt)).await {
+                Err(_) => return Err(self.timed_out(budget)),
+                Ok(joined) => joined,
+            };
+            state.pending = None;
+            match joined {
+                Ok(Ok(conn)) => {
+                    let conn = Arc::new(conn);
+                    state.conn = Some(Arc::clone(&conn));
+                    return Ok(conn);
                 }
-            })
-        });
-        let joined = match timeout_at(deadline, attempt).await {
-            Err(_) => return Err(self.timed_out(budget)),
-            Ok(joined) => joined,
-        };
-        state.pending = None;
-        match joined {
-            Ok(Ok(conn)) => {
-                let conn = Arc::new(conn);
-                state.conn = Some(Arc::clone(&conn));
-                Ok(conn)
+                _ if std::mem::take(&mut inherited) => {}
+                Ok(Err(e)) => return Err(self.describe(&e, budget)),
+                Err(e) => {
+                    return Err(format!(
+                        "broker {}: the connection attempt failed: {e}",
+                        self.identity
+                    ));
+                }
             }
-            Ok(Err(e)) => Err(self.describe(&e, budget)),
-            Err(e) => Err(format!(
-                "broker {}: the connection attempt failed: {e}",
-                self.identity
-            )),
         }
+    }
+
+    /// A connection attempt, started now: a task of its own, so that it
+    /// outlives a poll whose deadline passes and the next poll joins it rather
+    /// than open a second connection to a broker that hangs.
+    fn attempt(&self) -> Result<JoinHandle<lapin::Result<Connection>>, Reason> {
+        let uri = self.uri.clone();
+        let tls_config = match &self.tls {
+            Some(options) => Some(self.tls_config(options)?),
+            None => None,
+        };
+        Ok(tokio::spawn(async move {
+            let properties =
+                ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
+            match tls_config {
+                None => Connection::connect_uri(uri, properties).await,
+                Some(config) => {
+                    DefaultConnectionBuilder::new()?
+                        .with_uri(uri)
+                        .with_properties(properties)
+                        .with_tls_config(config)
+                        .connect()
+                        .await
+                }
+            }
+        }))
     }
 
     /// A connection of the watcher's own ([`BrokerProbe::watch`]): heartbeats

@@ -138,3 +138,50 @@ async fn a_broker_that_never_answers_times_out_inside_every_poll() {
     assert_eq!(poll(&check).await.0, expected);
     assert_eq!(poll(&check).await.0, expected);
 }
+
+/// A broker that came back is healthy at the next poll, although a poll while
+/// it hung left a connection attempt behind that failed as it went: that
+/// attempt's failure says what the broker was, not what it is.
+#[tokio::test]
+async fn a_broker_back_after_a_poll_timed_out_is_healthy_at_the_next_poll() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    // A listener that takes connections and says nothing: the broker hung.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = hung.local_addr().unwrap().port();
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = hung.accept().await {
+            held.push(stream);
+        }
+    });
+    let check = check(
+        &format!("amqp://guest:guest@127.0.0.1:{port}//"),
+        &["default"],
+    );
+    let (health, _) = poll(&check).await;
+    assert_eq!(
+        health,
+        ExecutorHealth::unhealthy(format!(
+            "broker amqp://127.0.0.1:{port}// did not answer within 1.8s"
+        ))
+    );
+    // The hung broker goes (its connections close, the attempt fails) and the
+    // real one takes its port.
+    holding.abort();
+    let _ = holding.await;
+    let back = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = back.accept().await {
+            tokio::spawn(async move {
+                let mut broker = tokio::net::TcpStream::connect("127.0.0.1:5672").await?;
+                tokio::io::copy_bidirectional(&mut client, &mut broker).await
+            });
+        }
+    });
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+}
