@@ -164,6 +164,7 @@ fn check(
             let settings = overseer_celery::CheckSettings {
                 queues: config.queues.clone(),
                 worker_ping: config.worker_ping,
+                worker_events: config.worker_events,
                 min_workers: config.min_workers,
                 poll_timeout,
                 broker_use_ssl: config.broker_use_ssl(),

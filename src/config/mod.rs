@@ -233,7 +233,15 @@ pub struct ExecutorConfig {
     /// Celery only: also ping the workers over Celery's remote control.
     #[serde(default)]
     pub worker_ping: bool,
-    /// Celery only: fewer workers answering the ping makes the verdict unhealthy.
+    /// Celery only: follow the workers' own heartbeats (Celery's `worker`
+    /// events, sent by every worker unless `--without-heartbeat`): each worker's
+    /// state, tasks and load in the detail and `/metrics`, and `min_workers`
+    /// without the ping. `false` turns it off.
+    #[serde(default = "default_true")]
+    pub worker_events: bool,
+    /// Celery only: fewer live workers makes the verdict unhealthy: those
+    /// answering the ping with `worker_ping`, else those heard by their
+    /// heartbeats.
     #[serde(default)]
     pub min_workers: u32,
     /// Any executor: how long work may wait before the executor is unhealthy:
@@ -373,6 +381,7 @@ impl ExecutorConfig {
             broker_url: None,
             queues: default_queues(),
             worker_ping: false,
+            worker_events: true,
             min_workers: 0,
             max_queued_age: default_max_queued_age(),
             ssl_active: false,
@@ -414,7 +423,11 @@ pub fn default_max_queued_age() -> Duration {
 }
 
 /// Airflow's default queue (`[operators] default_queue`).
-pub fn default_queues() -> Vec<String> {
+pub fn default_true() -> bool {
+    true
+}
+
+fn default_queues() -> Vec<String> {
     vec![overseer_celery::AIRFLOW_DEFAULT_QUEUE.to_owned()]
 }
 

@@ -287,11 +287,11 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
             "must list at least one queue, and no empty names".into(),
         ));
     }
-    if executor.min_workers > 0 && !executor.worker_ping {
+    if executor.min_workers > 0 && !executor.worker_ping && !executor.worker_events {
         return Err((
             "min_workers",
             format!(
-                "is {}, which needs worker_ping = true to count workers",
+                "is {}, which needs worker_events or worker_ping = true to count workers",
                 executor.min_workers
             ),
         ));

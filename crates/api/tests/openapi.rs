@@ -169,6 +169,9 @@ fn every_field_of_the_model_is_in_both_the_json_and_the_schema() {
         "$.executor.instances[0].detail.queues[0].consumers",
         "$.executor.instances[0].detail.workers[0].name",
         "$.executor.instances[0].detail.workers[0].queues[0]",
+        "$.executor.instances[0].detail.workers[0].heartbeat.last",
+        "$.executor.instances[0].detail.workers[0].heartbeat.every_ms",
+        "$.executor.instances[0].detail.workers[0].heartbeat.loadavg[0]",
         "$.executor.instances[0].detail.queued_tasks.count",
         "$.executor.instances[0].detail.queued_tasks.oldest_seconds",
         "$.executor.instances[0].detail.queued_tasks.queues[0].queue",
@@ -291,7 +294,7 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
 
     // Each part: (schema, its properties, each with the component it refers
     // to and whether it may be null).
-    let parts: [(&str, &[Property]); 5] = [
+    let parts: [(&str, &[Property]); 6] = [
         (
             "Detail",
             &[
@@ -316,6 +319,18 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
                 ("queues", None, true),
                 ("state", None, true),
                 ("free_concurrency", None, true),
+                ("heartbeat", Some("WorkerHeartbeat"), true),
+            ],
+        ),
+        (
+            "WorkerHeartbeat",
+            &[
+                ("last", None, false),
+                ("every_ms", None, false),
+                ("active", None, true),
+                ("processed", None, true),
+                ("loadavg", None, true),
+                ("software", None, true),
             ],
         ),
         (

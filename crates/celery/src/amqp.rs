@@ -24,18 +24,21 @@ mod ping;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
+use lapin::options::{
+    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
 use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder, ErrorKind};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, BrokerProbe, Reason};
+use crate::broker::{self, BrokerProbe, Reason, Retry};
 use crate::detail::QueueDepth;
+use crate::events::{self, Event, WorkerEvents};
 use crate::ping::Pidbox;
 use crate::tls;
 use crate::url::{AmqpBroker, TlsOptions};
@@ -182,14 +185,14 @@ impl AmqpCheck {
         }))
     }
 
-    /// A connection of the watcher's own ([`BrokerProbe::watch`]): heartbeats
-    /// every [`WATCH_HEARTBEAT`] seconds, so a broker that stops answering
-    /// without closing is an error within two of them.
-    async fn watch_connection(&self) -> Option<Connection> {
+    /// A connection of a watcher's or subscription's own, called `name`
+    /// ([`BrokerProbe::watch`], [`BrokerProbe::subscribe`]): heartbeats every
+    /// [`WATCH_HEARTBEAT`] seconds, so a broker that stops answering without
+    /// closing is an error within two of them.
+    async fn held_connection(&self, name: &str) -> Option<Connection> {
         let mut uri = self.uri.clone();
         uri.query.heartbeat = Some(WATCH_HEARTBEAT);
-        let properties =
-            ConnectionProperties::default().with_connection_name(WATCH_CONNECTION_NAME.into());
+        let properties = ConnectionProperties::default().with_connection_name(name.into());
         let connecting = async {
             match &self.tls {
                 None => Connection::connect_uri(uri, properties).await.ok(),
@@ -381,10 +384,19 @@ impl AmqpCheck {
 const WATCH_HEARTBEAT: u16 = 1;
 /// How long a watcher waits for its connection.
 const WATCH_CONNECT: Duration = Duration::from_secs(3);
-/// How long a watcher waits before connecting again after its connection ended.
-const WATCH_RETRY: Duration = Duration::from_millis(500);
 /// What RabbitMQ's management UI calls a watcher's connection.
 const WATCH_CONNECTION_NAME: &str = "overseer-watch";
+/// What it calls an event subscription's connection.
+const EVENTS_CONNECTION_NAME: &str = "overseer-events";
+/// How often a held connection's status is looked at, beside its events (an
+/// error lapin reported before the listener was there is not sent again).
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How long a message waits in the events queue before RabbitMQ drops it
+/// (Celery's own `event_queue_ttl`): a heartbeat read late says nothing.
+const EVENTS_TTL_MS: i32 = 5_000;
+/// How long the events queue outlives its last consumer should auto-delete
+/// not remove it (Celery's `event_queue_expires`).
+const EVENTS_EXPIRES_MS: i32 = 60_000;
 
 #[async_trait::async_trait]
 impl BrokerProbe for AmqpCheck {
@@ -433,29 +445,142 @@ impl BrokerProbe for AmqpCheck {
     /// alarm, and so does the first connection after that.
     async fn watch(&self, alarm: Alarm) {
         let mut broken = false;
+        let mut retry = Retry::new();
         loop {
-            let Some(conn) = self.watch_connection().await else {
+            let Some(conn) = self.held_connection(WATCH_CONNECTION_NAME).await else {
                 broken = true;
-                tokio::time::sleep(WATCH_RETRY).await;
+                retry.wait(Duration::ZERO).await;
                 continue;
             };
+            let connected = Instant::now();
             if std::mem::take(&mut broken) {
                 tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
                 alarm.ring();
             }
-            let mut events = std::pin::pin!(conn.events_listener());
-            while let Some(event) = events.next().await {
-                if matches!(event, lapin::Event::Error(_)) {
-                    break;
-                }
-            }
+            until_lost(&conn).await;
             tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
             alarm.ring();
             broken = true;
             drop(conn);
-            tokio::time::sleep(WATCH_RETRY).await;
+            retry.wait(connected.elapsed()).await;
         }
     }
+
+    /// Consumes the `worker` group of Celery's events from a queue of its own
+    /// (exclusive, auto-delete) bound to the `celeryev` topic exchange for
+    /// `worker.#`, on a heartbeating connection of its own.
+    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>) {
+        let mut retry = Retry::new();
+        loop {
+            let Some(conn) = self.held_connection(EVENTS_CONNECTION_NAME).await else {
+                retry.wait(Duration::ZERO).await;
+                continue;
+            };
+            let connected = Instant::now();
+            match timeout_at(connected + WATCH_CONNECT, consume_events(&conn)).await {
+                Ok(Ok(mut consumer)) => {
+                    events.listening(index);
+                    let mut status = tokio::time::interval(STATUS_EVERY);
+                    loop {
+                        tokio::select! {
+                            delivery = consumer.next() => match delivery {
+                                Some(Ok(delivery)) => {
+                                    if let Some(event) = Event::from_body(&delivery.data) {
+                                        events.heard(event);
+                                    }
+                                }
+                                _ => break,
+                            },
+                            _ = status.tick() => if !conn.status().connected() {
+                                break;
+                            },
+                        }
+                    }
+                    events.deaf(index);
+                    tracing::debug!(broker = %self.identity, "the workers' events subscription ended");
+                }
+                Ok(Err(e)) => {
+                    let reason = scrub_with(&e.to_string(), &[&self.password]);
+                    tracing::debug!(broker = %self.identity, %reason, "could not subscribe to the workers' events");
+                }
+                Err(_) => {
+                    tracing::debug!(broker = %self.identity, "could not subscribe to the workers' events in time");
+                }
+            }
+            drop(conn);
+            retry.wait(connected.elapsed()).await;
+        }
+    }
+}
+
+/// Waits until `conn` is lost: lapin reports an error on it, or its status
+/// says it is no longer connected.
+async fn until_lost(conn: &Connection) {
+    let mut events = std::pin::pin!(conn.events_listener());
+    let mut status = tokio::time::interval(STATUS_EVERY);
+    loop {
+        tokio::select! {
+            event = events.next() => if matches!(event, None | Some(lapin::Event::Error(_))) {
+                return;
+            },
+            _ = status.tick() => if !conn.status().connected() {
+                return;
+            },
+        }
+    }
+}
+
+/// Sets up the events queue and starts consuming it. The `celeryev` exchange
+/// is declared as Celery declares it (a durable topic exchange), which does
+/// nothing when a worker made it first.
+async fn consume_events(conn: &Connection) -> lapin::Result<lapin::Consumer> {
+    let channel = conn.create_channel().await?;
+    channel
+        .exchange_declare(
+            events::EXCHANGE.into(),
+            lapin::ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let queue = format!("overseer.celeryev.{}", uuid::Uuid::new_v4());
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(EVENTS_TTL_MS));
+    arguments.insert("x-expires".into(), AMQPValue::LongInt(EVENTS_EXPIRES_MS));
+    channel
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+            arguments,
+        )
+        .await?;
+    channel
+        .queue_bind(
+            queue.as_str().into(),
+            events::EXCHANGE.into(),
+            events::WORKER_KEYS.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .basic_consume(
+            queue.as_str().into(),
+            "overseer-events".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..BasicConsumeOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
 }
 
 /// The AMQP soft error (channel-level: 403, 404, 406, ...) behind a lapin error.

@@ -2,6 +2,7 @@
 //! and RabbitMQ checks implement and [`crate::check`] calls for each broker of a URL,
 //! and the reasons every transport words alike.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::check::Alarm;
@@ -10,6 +11,7 @@ use overseer_core::duration;
 use tokio::time::Instant;
 
 use crate::detail::QueueDepth;
+use crate::events::WorkerEvents;
 use crate::ping::Pidbox;
 
 /// Why a probe or a ping failed: the reason, already in plain words, naming the broker.
@@ -48,6 +50,43 @@ pub(crate) trait BrokerProbe: Send + Sync {
     /// polled at once instead of at its next tick ([`overseer_core::check::alarm`]).
     /// A transport that cannot watch returns at once.
     async fn watch(&self, _alarm: Alarm) {}
+
+    /// Follows Celery's worker events on this broker for as long as it runs
+    /// ([`crate::events`]), over a connection of its own: tells `events` when
+    /// the subscription of broker `index` is up and when it drops, and hands it
+    /// every worker event. Reconnects are spaced by [`Retry`]. A transport that
+    /// cannot subscribe returns at once.
+    async fn subscribe(&self, _index: usize, _events: Arc<WorkerEvents>) {}
+}
+
+/// The spacing of a held connection's reconnects (the watchers', the event
+/// subscriptions'): half a second at first, so a broker's return is seen at
+/// once, doubling to [`Retry::CEILING`] while it keeps failing (a wrong
+/// password costs a connection every 30 s, not two a second), and back to the
+/// start once a connection has held for [`Retry::HELD`].
+#[derive(Debug)]
+pub(crate) struct Retry {
+    next: Duration,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(500);
+    const CEILING: Duration = Duration::from_secs(30);
+    const HELD: Duration = Duration::from_secs(10);
+
+    pub(crate) fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    /// Waits before the next attempt; `held` is how long the last connection
+    /// lasted (zero when it failed).
+    pub(crate) async fn wait(&mut self, held: Duration) {
+        if held >= Self::HELD {
+            self.next = Self::FIRST;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Self::CEILING);
+    }
 }
 
 /// The reason for a wait on `who` (`broker redis://...`, or one of its sentinels)

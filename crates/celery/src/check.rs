@@ -30,6 +30,7 @@ use crate::broker::{BrokerProbe, Reason};
 use crate::budget::Budgets;
 use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 use crate::error::{BrokerUrlError, Result};
+use crate::events::WorkerEvents;
 use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
 use crate::redis::RedisCheck;
 use crate::tls::Verification;
@@ -49,7 +50,12 @@ pub struct CheckSettings {
     pub queues: Vec<String>,
     /// Also ping the workers with Celery's remote control.
     pub worker_ping: bool,
-    /// Fewer workers answering the ping is `unhealthy` (needs `worker_ping`).
+    /// Follow the workers' own heartbeats (Celery's `worker` events): each
+    /// worker's state, tasks and load in the detail, and `min_workers` counted
+    /// without remote control. On by default.
+    pub worker_events: bool,
+    /// Fewer live workers is `unhealthy`: those answering the ping with
+    /// `worker_ping`, else those whose heartbeats are heard (`worker_events`).
     pub min_workers: u32,
     /// The supervisor's `poll_timeout`: this check answers within it.
     pub poll_timeout: Duration,
@@ -69,6 +75,7 @@ impl Default for CheckSettings {
         Self {
             queues: vec![AIRFLOW_DEFAULT_QUEUE.to_owned()],
             worker_ping: false,
+            worker_events: true,
             min_workers: 0,
             poll_timeout: Duration::from_secs(5),
             control_exchange: DEFAULT_CONTROL_EXCHANGE.to_owned(),
@@ -151,9 +158,14 @@ struct Inner {
     /// stopped when the last clone of this check goes (a restarted actor's
     /// check starts its own).
     watchers: OnceLock<Watchers>,
+    /// The workers as their events tell them, with `worker_events`.
+    events: Option<Arc<WorkerEvents>>,
+    /// The event subscriptions, a task per broker, started at the first probe.
+    subscriptions: OnceLock<Watchers>,
 }
 
-/// The tasks watching a check's brokers, aborted when dropped.
+/// The tasks holding a connection to each of a check's brokers (watchers,
+/// event subscriptions), aborted when dropped.
 struct Watchers(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for Watchers {
@@ -209,6 +221,9 @@ impl CeleryCheck {
                 check: BrokerCheck::of(b, &settings)?,
             });
         }
+        let settings_events = settings
+            .worker_events
+            .then(|| Arc::new(WorkerEvents::default()));
         Ok(Self {
             inner: Arc::new(Inner {
                 targets,
@@ -219,6 +234,8 @@ impl CeleryCheck {
                 latest: Mutex::new(None),
                 alarm: OnceLock::new(),
                 watchers: OnceLock::new(),
+                events: settings_events,
+                subscriptions: OnceLock::new(),
             }),
         })
     }
@@ -268,6 +285,7 @@ impl CeleryCheck {
     /// found. Always answers within 90 % of `poll_timeout`.
     pub async fn probe(&self) -> Probe {
         self.watch_brokers();
+        self.subscribe_events();
         let checked_at = Utc::now();
         let settings = &self.inner.settings;
         let Budgets {
@@ -282,14 +300,63 @@ impl CeleryCheck {
         } else {
             None
         };
-        let (health, reason) = verdict(&brokers, workers.as_ref(), window, settings.min_workers);
+        let heard = self
+            .inner
+            .events
+            .as_ref()
+            .and_then(|events| events.workers());
+        let (health, reason) = verdict(
+            &brokers,
+            workers.as_ref(),
+            heard.as_deref(),
+            window,
+            settings.min_workers,
+        );
         Probe {
             health,
             reason,
             checked_at,
             brokers,
             workers,
+            heartbeats: heard.map(|heard| {
+                heard
+                    .into_iter()
+                    .map(|worker| WorkerDetail {
+                        name: worker.name,
+                        queues: None,
+                        state: Some(worker.state.as_str().to_owned()),
+                        free_concurrency: None,
+                        heartbeat: Some(worker.heartbeat),
+                    })
+                    .collect()
+            }),
         }
+    }
+
+    /// Subscribes to the workers' events on every checked broker, once, with
+    /// `worker_events`: a task per broker, on the runtime the probe runs on
+    /// ([`BrokerProbe::subscribe`]).
+    fn subscribe_events(&self) {
+        let Some(events) = &self.inner.events else {
+            return;
+        };
+        self.inner.subscriptions.get_or_init(|| {
+            Watchers(
+                self.inner
+                    .targets
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, target)| match &target.check {
+                        BrokerCheck::Probed(probe) => Some((index, Arc::clone(probe))),
+                        BrokerCheck::Unchecked(_) => None,
+                    })
+                    .map(|(index, probe)| {
+                        let events = Arc::clone(events);
+                        tokio::spawn(async move { probe.subscribe(index, events).await })
+                    })
+                    .collect(),
+            )
+        });
     }
 
     /// Starts watching every checked broker, once, when this check has an alarm
@@ -418,6 +485,7 @@ impl CeleryCheck {
                     queues,
                     state: None,
                     free_concurrency: None,
+                    heartbeat: None,
                 })
                 .collect(),
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
@@ -544,6 +612,7 @@ pub(crate) mod tests {
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
             state: None,
             free_concurrency: None,
+            heartbeat: None,
         }
     }
 

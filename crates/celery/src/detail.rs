@@ -31,6 +31,10 @@ pub struct Probe {
     pub brokers: Vec<BrokerReport>,
     /// The worker ping, when `worker_ping` is on.
     pub workers: Option<WorkerPing>,
+    /// Every worker as its own events tell it (`state`: `online`, `gone`,
+    /// `offline`; its latest heartbeat), with `worker_events`; `None` until a
+    /// subscription has listened long enough to say.
+    pub heartbeats: Option<Vec<WorkerDetail>>,
 }
 
 impl Probe {
@@ -58,17 +62,45 @@ impl Probe {
         // one error: with as many errors as brokers, no worker could have been heard,
         // and an empty list would say "none answered" when the truth is "not known".
         let pinged = answered().count();
-        let workers = self
+        let ping = self
             .workers
             .as_ref()
             .filter(|ping| ping.errors.len() < pinged)
-            .map(|ping| ping.answered.clone());
+            .map(|ping| ping.answered.as_slice());
+        let workers = match (&self.heartbeats, ping) {
+            (Some(heard), ping) => Some(merged(heard, ping.unwrap_or_default())),
+            (None, ping) => ping.map(<[WorkerDetail]>::to_vec),
+        };
         Detail {
             queues,
             workers,
             queued_tasks: None,
         }
     }
+}
+
+/// The workers heard by their events, each with the queues it answered the
+/// ping with, and then those that answered the ping without ever being heard
+/// (a worker started `--without-heartbeat`), by name.
+fn merged(heard: &[WorkerDetail], pinged: &[WorkerDetail]) -> Vec<WorkerDetail> {
+    let mut workers: Vec<WorkerDetail> = heard
+        .iter()
+        .map(|worker| WorkerDetail {
+            queues: pinged
+                .iter()
+                .find(|p| p.name == worker.name)
+                .and_then(|p| p.queues.clone()),
+            ..worker.clone()
+        })
+        .collect();
+    workers.extend(
+        pinged
+            .iter()
+            .filter(|p| !heard.iter().any(|h| h.name == p.name))
+            .cloned(),
+    );
+    workers.sort_by(|a, b| a.name.cmp(&b.name));
+    workers
 }
 
 fn health_str<S: serde::Serializer>(health: &ExecutorHealth, s: S) -> Result<S::Ok, S::Error> {
@@ -148,6 +180,7 @@ mod tests {
             checked_at: Utc::now(),
             brokers,
             workers,
+            heartbeats: None,
         }
     }
 
@@ -164,6 +197,7 @@ mod tests {
             queues: Some(vec!["gpu".into()]),
             state: None,
             free_concurrency: None,
+            heartbeat: None,
         };
         let brokers = vec![
             report("redis://a:6379/0", BrokerStatus::Answered, vec![depth]),

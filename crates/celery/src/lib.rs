@@ -32,6 +32,8 @@
 //!   worker ping over Redis.
 //! - `amqp`: the RabbitMQ broker check (passive `queue.declare`); `amqp/ping.rs`, the
 //!   worker ping over AMQP.
+//! - `events`: the workers from their own heartbeats (Celery's `worker` event
+//!   group), each transport's subscription feeding one record per worker.
 //! - `ping`: Celery's remote control itself (`active_queues`, which proves a worker alive
 //!   and names its queues): the pidbox names, the request, the answers, whatever the
 //!   transport.
@@ -48,6 +50,7 @@ mod budget;
 pub mod check;
 pub mod detail;
 pub mod error;
+mod events;
 mod ping;
 mod redis;
 mod tls;

@@ -118,6 +118,7 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
                 queues: queue_names(&queues),
                 state: None,
                 free_concurrency: None,
+                heartbeat: None,
             })
             .collect(),
         _ => vec![WorkerDetail {
@@ -128,6 +129,7 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
             queues: None,
             state: None,
             free_concurrency: None,
+            heartbeat: None,
         }],
     }
 }
@@ -155,6 +157,7 @@ mod tests {
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
             state: None,
             free_concurrency: None,
+            heartbeat: None,
         };
         assert_eq!(
             answers(body, Some("application/json")),

@@ -24,18 +24,20 @@
 mod ping;
 mod sentinel;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
-    RedisConnectionInfo, TlsCertificates, Value,
+    AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, PushKind, RedisConnectionInfo, TlsCertificates, Value,
 };
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, BrokerProbe, Reason, timed_out};
+use crate::broker::{self, BrokerProbe, Reason, Retry, timed_out};
 use crate::detail::QueueDepth;
+use crate::events::{self, Event, WorkerEvents};
 use crate::ping::Pidbox;
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
@@ -246,9 +248,20 @@ impl RedisCheck {
         deadline: Instant,
         budget: Duration,
     ) -> Result<MultiplexedConnection, Reason> {
+        self.connect_pushing(deadline, budget, None).await
+    }
+
+    /// [`Self::connect`]; with `push`, over RESP3, its pushes (the messages of
+    /// its subscriptions, its end) handed to `push`.
+    async fn connect_pushing(
+        &self,
+        deadline: Instant,
+        budget: Duration,
+        push: Option<EventSink>,
+    ) -> Result<MultiplexedConnection, Reason> {
         match &self.target {
             Target::Direct(info) => {
-                self.open(&self.broker(), info.clone(), deadline, budget)
+                self.open(&self.broker(), info.clone(), deadline, budget, push)
                     .await
             }
             Target::Sentinel {
@@ -256,20 +269,32 @@ impl RedisCheck {
                 master_name,
                 settings,
             } => {
-                self.through_sentinels(sentinels, master_name, settings, deadline, budget)
+                self.through_sentinels(sentinels, master_name, settings, deadline, budget, push)
                     .await
             }
         }
     }
 
-    /// Connects to `info` (the master, or a sentinel named `who` in reasons).
+    /// Connects to `info` (the master, or a sentinel named `who` in reasons);
+    /// with `push`, over RESP3, handing it the connection's pushes.
     async fn open(
         &self,
         who: &str,
         info: redis::ConnectionInfo,
         deadline: Instant,
         budget: Duration,
+        push: Option<EventSink>,
     ) -> Result<MultiplexedConnection, Reason> {
+        let info = match &push {
+            Some(_) => {
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        };
         let tls_addr = match info.addr() {
             ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
             _ => None,
@@ -279,9 +304,12 @@ impl RedisCheck {
         let left = deadline.saturating_duration_since(Instant::now());
         // The driver's own bounds, so that a connection never outlives our deadline
         // with a request pending; `timeout_at` below is the one that decides.
-        let config = AsyncConnectionConfig::new()
+        let mut config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(left))
             .set_response_timeout(Some(budget));
+        if let Some(push) = push {
+            config = config.set_push_sender(push);
+        }
         let connecting = timeout_at(
             deadline,
             client.get_multiplexed_async_connection_with_config(&config),
@@ -501,6 +529,7 @@ impl BrokerProbe for RedisCheck {
     async fn watch(&self, alarm: Alarm) {
         let key = format!("_overseer.watch.{}", uuid::Uuid::new_v4().simple());
         let mut broken = false;
+        let mut retry = Retry::new();
         loop {
             let deadline = Instant::now() + WATCH_CONNECT;
             let mut conn = match self.connect(deadline, WATCH_CONNECT).await {
@@ -508,10 +537,11 @@ impl BrokerProbe for RedisCheck {
                 Err(_) => {
                     // Not answering: the polls say why; ring once when it is back.
                     broken = true;
-                    tokio::time::sleep(WATCH_RETRY).await;
+                    retry.wait(Duration::ZERO).await;
                     continue;
                 }
             };
+            let connected = Instant::now();
             if std::mem::take(&mut broken) {
                 tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
                 alarm.ring();
@@ -533,8 +563,87 @@ impl BrokerProbe for RedisCheck {
                     break;
                 }
             }
-            tokio::time::sleep(WATCH_RETRY).await;
+            retry.wait(connected.elapsed()).await;
         }
+    }
+
+    /// Subscribes to the `worker` group of Celery's events: a pattern
+    /// subscription to `/{db}.celeryev/worker.*` (Celery makes `celeryev` a
+    /// fanout on Redis, which kombu publishes to such channels), over RESP3, on
+    /// a connection of its own that a `PING` every [`WATCH_WAIT`] proves alive.
+    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>) {
+        let pattern = format!("/{}.{}/worker.*", self.db, events::EXCHANGE);
+        let mut retry = Retry::new();
+        loop {
+            let ended = Arc::new(Notify::new());
+            let sink = EventSink {
+                events: Arc::clone(&events),
+                ended: Arc::clone(&ended),
+            };
+            let deadline = Instant::now() + WATCH_CONNECT;
+            let subscribed = async {
+                let mut conn = self
+                    .connect_pushing(deadline, WATCH_CONNECT, Some(sink))
+                    .await?;
+                timeout_at(deadline, conn.psubscribe(&pattern))
+                    .await
+                    .map_err(|_| self.timed_out(WATCH_CONNECT))?
+                    .map_err(|e| self.describe(e, WATCH_CONNECT))?;
+                Ok::<_, Reason>(conn)
+            };
+            let mut conn = match subscribed.await {
+                Ok(conn) => conn,
+                Err(reason) => {
+                    tracing::debug!(broker = %self.identity, %reason, "could not subscribe to the workers' events");
+                    retry.wait(Duration::ZERO).await;
+                    continue;
+                }
+            };
+            let connected = Instant::now();
+            events.listening(index);
+            loop {
+                tokio::select! {
+                    () = ended.notified() => break,
+                    () = tokio::time::sleep(WATCH_WAIT) => {}
+                }
+                let pong = timeout_at(
+                    Instant::now() + WATCH_WAIT + WATCH_GRACE,
+                    redis::cmd("PING").query_async::<Value>(&mut conn),
+                )
+                .await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    break;
+                }
+            }
+            events.deaf(index);
+            tracing::debug!(broker = %self.identity, "the workers' events subscription ended");
+            retry.wait(connected.elapsed()).await;
+        }
+    }
+}
+
+/// Where a subscription's pushes go: each `pmessage` that is a worker event
+/// to the events, and the connection's end to `ended`. It runs on the
+/// connection's own task, so it only parses and records.
+pub(super) struct EventSink {
+    events: Arc<WorkerEvents>,
+    ended: Arc<Notify>,
+}
+
+impl redis::aio::AsyncPushSender for EventSink {
+    fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
+        match info.kind {
+            PushKind::PMessage => {
+                if let Some(Value::BulkString(message)) = info.data.get(2)
+                    && let Some(event) = Event::from_redis_envelope(message)
+                {
+                    self.events.heard(event);
+                }
+            }
+            PushKind::Disconnection => self.ended.notify_one(),
+            _ => {}
+        }
+        Ok(())
     }
 }
 
@@ -546,8 +655,6 @@ const WATCH_GRACE: Duration = Duration::from_millis(500);
 /// How long a watch waits for a connection (its driver's response timeout too,
 /// which must outlast a blocked [`WATCH_WAIT`]).
 const WATCH_CONNECT: Duration = Duration::from_secs(3);
-/// How long a watch waits before connecting again after its connection failed.
-const WATCH_RETRY: Duration = Duration::from_millis(500);
 
 /// How late Redis may answer a blocking command whose own timeout ran out. It
 /// notices at the next turn of its event loop, which an idle server takes every

@@ -1,7 +1,9 @@
 //! The verdict over a failover list, from what its brokers and workers answered:
 //! - no broker checked at all (TLS, a transport with no check yet): `unknown`, saying why;
 //! - no broker answered: `unhealthy`, with every broker's reason;
-//! - fewer workers answered the ping than `min_workers`: `unhealthy`;
+//! - fewer workers answered the ping than `min_workers`: `unhealthy`; without
+//!   the ping, fewer workers alive by their heartbeats: `unhealthy`, naming
+//!   those gone or offline;
 //! - a worker answered the ping but consumes no queue at all: `unhealthy`, naming it;
 //! - else `healthy`, noting the failover brokers that did not answer, if any.
 //!
@@ -15,16 +17,18 @@ use std::time::Duration;
 use overseer_core::{ExecutorHealth, duration, reason};
 
 use crate::detail::{BrokerReport, BrokerStatus, WorkerPing};
+use crate::events::{State, Worker};
 
 /// The verdict and its reason (for a healthy verdict, its note), sanitised.
 /// `window` is how long the ping waited, for the reason.
 pub(crate) fn verdict(
     brokers: &[BrokerReport],
     workers: Option<&WorkerPing>,
+    heard: Option<&[Worker]>,
     window: Duration,
     min_workers: u32,
 ) -> (ExecutorHealth, Option<String>) {
-    let (health, reason) = judge(brokers, workers, window, min_workers);
+    let (health, reason) = judge(brokers, workers, heard, window, min_workers);
     (
         reason::sanitise_verdict(health),
         reason.map(|reason| reason::sanitise(&reason)),
@@ -35,6 +39,7 @@ pub(crate) fn verdict(
 fn judge(
     brokers: &[BrokerReport],
     workers: Option<&WorkerPing>,
+    heard: Option<&[Worker]>,
     window: Duration,
     min_workers: u32,
 ) -> (ExecutorHealth, Option<String>) {
@@ -60,6 +65,12 @@ fn judge(
     if !answered {
         let why = reason::list_with(&failed, "; ");
         return (ExecutorHealth::unhealthy(why.clone()), Some(why));
+    }
+    if workers.is_none()
+        && let Some(heard) = heard
+        && let Some(reason) = too_few_alive(heard, min_workers)
+    {
+        return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
     }
     if let Some(ping) = workers {
         let count = ping.answered.len();
@@ -100,6 +111,35 @@ fn judge(
     (ExecutorHealth::Healthy, note)
 }
 
+/// The reason when fewer than `min_workers` workers are alive by their
+/// heartbeats, naming those that are not.
+fn too_few_alive(heard: &[Worker], min_workers: u32) -> Option<String> {
+    let alive = heard.iter().filter(|w| w.state == State::Online).count();
+    if alive >= min_workers as usize {
+        return None;
+    }
+    let why: Vec<String> = heard
+        .iter()
+        .filter_map(|w| match w.state {
+            State::Online => None,
+            State::Gone => Some(format!(
+                "{} sent no heartbeat for {} (one every {})",
+                reason::name(&w.name),
+                duration::short(Duration::from_secs(w.silent_for.as_secs())),
+                duration::short(w.freq)
+            )),
+            State::Offline => Some(format!("{} went offline", reason::name(&w.name))),
+        })
+        .collect();
+    let mut reason = format!("{alive} of at least {min_workers} workers alive");
+    if why.is_empty() {
+        reason.push_str(" (none sends heartbeats)");
+    } else {
+        reason = format!("{reason}: {}", reason::list_with(&why, "; "));
+    }
+    Some(reason)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,7 +167,7 @@ mod tests {
             )
         };
         let down: Vec<BrokerReport> = (0..8).map(hostile).collect();
-        let (health, reason) = verdict(&down, None, window, 0);
+        let (health, reason) = verdict(&down, None, None, window, 0);
         let ExecutorHealth::Unhealthy { reason: said } = &health else {
             panic!("no broker answered: {health:?}");
         };
@@ -146,7 +186,7 @@ mod tests {
             queues: Vec::new(),
         }];
         through.extend((0..8).map(hostile));
-        let (health, note) = verdict(&through, None, window, 0);
+        let (health, note) = verdict(&through, None, None, window, 0);
         assert_eq!(health, ExecutorHealth::Healthy);
         let note = note.expect("the brokers that did not answer are noted");
         assert!(!note.contains('\n') && note.chars().count() <= reason::MAX_CHARS);
@@ -159,7 +199,7 @@ mod tests {
                 .collect(),
             ..WorkerPing::default()
         };
-        let (health, _) = verdict(&through[..1], Some(&ping), window, 2);
+        let (health, _) = verdict(&through[..1], Some(&ping), None, window, 2);
         let ExecutorHealth::Unhealthy { reason: said } = &health else {
             panic!("too few workers: {health:?}");
         };
@@ -217,8 +257,88 @@ mod tests {
             // Workers scaled to zero (KEDA): nothing answered, none is idle.
             ("no worker at all", vec![], ExecutorHealth::Healthy),
         ] {
-            let (health, _) = verdict(&broker, Some(&ping(answered)), window, 0);
+            let (health, _) = verdict(&broker, Some(&ping(answered)), None, window, 0);
             assert_eq!(health, expected, "{case}");
         }
+    }
+
+    #[test]
+    fn without_the_ping_min_workers_counts_the_workers_alive_by_their_heartbeats() {
+        use crate::events::{State, Worker};
+        use overseer_core::detail::WorkerHeartbeat;
+        let window = Duration::from_secs(1);
+        let broker = [BrokerReport {
+            broker: "redis://ok:6379/0".into(),
+            status: BrokerStatus::Answered,
+            queues: Vec::new(),
+        }];
+        let heard = |name: &str, state: State, silent: u64| Worker {
+            name: name.into(),
+            state,
+            silent_for: Duration::from_millis(silent),
+            freq: Duration::from_secs(2),
+            heartbeat: WorkerHeartbeat {
+                last: chrono::Utc::now(),
+                every_ms: 2000,
+                active: None,
+                processed: None,
+                loadavg: None,
+                software: None,
+            },
+        };
+        for (case, workers, min, expected) in [
+            (
+                "one alive of one",
+                vec![heard("celery@w1", State::Online, 500)],
+                1,
+                ExecutorHealth::Healthy,
+            ),
+            (
+                "the only worker gone",
+                vec![heard("celery@w1", State::Gone, 5300)],
+                1,
+                ExecutorHealth::unhealthy(
+                    "0 of at least 1 workers alive: celery@w1 sent no heartbeat for 5s (one every 2s)",
+                ),
+            ),
+            (
+                "one gone, one offline, one alive",
+                vec![
+                    heard("celery@w1", State::Gone, 9000),
+                    heard("celery@w2", State::Offline, 1000),
+                    heard("celery@w3", State::Online, 100),
+                ],
+                2,
+                ExecutorHealth::unhealthy(
+                    "1 of at least 2 workers alive: celery@w1 sent no heartbeat for 9s (one every 2s); \
+                     celery@w2 went offline",
+                ),
+            ),
+            (
+                "none ever heard",
+                vec![],
+                1,
+                ExecutorHealth::unhealthy("0 of at least 1 workers alive (none sends heartbeats)"),
+            ),
+            // Scaled to zero, with no minimum: nothing to say.
+            ("none, none asked for", vec![], 0, ExecutorHealth::Healthy),
+        ] {
+            let (health, _) = verdict(&broker, None, Some(&workers), window, min);
+            assert_eq!(health, expected, "{case}");
+        }
+        // Not yet known (the subscription warms up): the rule does not judge.
+        assert_eq!(
+            verdict(&broker, None, None, window, 1).0,
+            ExecutorHealth::Healthy
+        );
+        // With the ping, the ping counts: a worker alive by its heartbeat that
+        // does not answer is not alive.
+        let ping = WorkerPing::default();
+        let alive = [heard("celery@w1", State::Online, 100)];
+        let (health, _) = verdict(&broker, Some(&ping), Some(&alive), window, 1);
+        assert_eq!(
+            health,
+            ExecutorHealth::unhealthy("0 of at least 1 workers answered ping within 1s")
+        );
     }
 }

@@ -89,6 +89,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
             queues: Some(vec![names.consumed.clone()]),
             state: None,
             free_concurrency: None,
+            heartbeat: None,
         }]),
         queued_tasks: None,
     }

@@ -25,6 +25,8 @@ fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
         CheckSettings {
             queues: vec![queue.to_owned()],
             worker_ping: true,
+            // The ping alone: the events have tests of their own (worker_events.rs).
+            worker_events: false,
             min_workers: 1,
             poll_timeout: POLL_TIMEOUT,
             control_exchange: control_exchange.to_owned(),

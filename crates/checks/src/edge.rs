@@ -592,6 +592,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
             queues: w.queues.clone(),
             state: Some(w.state.clone()),
             free_concurrency: w.free_concurrency,
+            heartbeat: None,
         })
         .collect();
     Detail {

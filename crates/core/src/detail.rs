@@ -11,6 +11,7 @@
 //! Every string in it is safe to show: brokers appear by their identity, without
 //! credentials, and the executor's actor scrubs the rest.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -69,6 +70,9 @@ impl Observation {
                 scrub(&mut worker.name);
                 worker.queues.iter_mut().flatten().for_each(scrub);
                 worker.state.iter_mut().for_each(scrub);
+                if let Some(heartbeat) = &mut worker.heartbeat {
+                    heartbeat.software.iter_mut().for_each(scrub);
+                }
             }
             detail
         });
@@ -143,7 +147,49 @@ pub struct WorkerDetail {
     pub state: Option<String>,
     /// The task slots it has free, as it last reported; `null` when not known.
     pub free_concurrency: Option<u32>,
+    /// What its own heartbeats say (a Celery worker's `worker-heartbeat`
+    /// events); `null` when none was heard (an Edge worker, a Celery check
+    /// with `worker_events = false`).
+    pub heartbeat: Option<WorkerHeartbeat>,
 }
+
+/// A worker's latest heartbeat, as it sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct WorkerHeartbeat {
+    /// When it was received, as Airflow writes its timestamps.
+    #[serde(serialize_with = "timestamp")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last: DateTime<Utc>,
+    /// How often the worker says it sends one, in milliseconds (Celery's
+    /// `freq`, 2 s by default); it counts as gone after two of them without one.
+    pub every_ms: u64,
+    /// Tasks it is running.
+    pub active: Option<u64>,
+    /// Tasks it has run since it started.
+    pub processed: Option<u64>,
+    /// Its host's load averages over 1, 5 and 15 minutes, as it reported them.
+    #[schema(value_type = Option<Vec<f64>>)]
+    pub loadavg: Option<[LoadAverage; 3]>,
+    /// Its software (`py-celery 5.5.3`).
+    pub software: Option<String>,
+}
+
+fn timestamp<S: serde::Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&crate::report::airflow_timestamp(*at))
+}
+
+/// One load average (`0.42`): a number that compares by its bits, so that the
+/// detail it sits in can be compared whole.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LoadAverage(pub f64);
+
+impl PartialEq for LoadAverage {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for LoadAverage {}
 
 /// Task instances in state `queued` for one executor.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]

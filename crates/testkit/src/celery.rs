@@ -70,13 +70,40 @@ impl Worker {
         Self::start_named(venv, broker, control_exchange, queue, &node_name())
     }
 
-    /// Starts worker `node` and waits until it says it is ready.
+    /// Starts worker `node` and waits until it says it is ready. It sends no
+    /// heartbeats (`--without-heartbeat`): workers of parallel tests on one
+    /// broker are never heard by each other's event subscriptions.
     pub fn start_named(
         venv: &Path,
         broker: &str,
         control_exchange: &str,
         queue: &str,
         node: &str,
+    ) -> Self {
+        Self::spawn(venv, broker, control_exchange, queue, node, false)
+    }
+
+    /// Starts a worker that sends Celery's `worker` events as a deployed one
+    /// does (online, a heartbeat every 2 s, offline), with a node name of its
+    /// own; give it a broker no other test's heartbeating worker uses.
+    pub fn start_heartbeating(venv: &Path, broker: &str, queue: &str) -> Self {
+        Self::spawn(
+            venv,
+            broker,
+            DEFAULT_CONTROL_EXCHANGE,
+            queue,
+            &node_name(),
+            true,
+        )
+    }
+
+    fn spawn(
+        venv: &Path,
+        broker: &str,
+        control_exchange: &str,
+        queue: &str,
+        node: &str,
+        heartbeat: bool,
     ) -> Self {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let log = dir.path().join("worker.log");
@@ -90,11 +117,15 @@ impl Worker {
                 "--pool",
                 "solo",
             ])
-            .args([
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ])
+            .args(if heartbeat {
+                &["--without-gossip", "--without-mingle"][..]
+            } else {
+                &[
+                    "--without-heartbeat",
+                    "--without-gossip",
+                    "--without-mingle",
+                ][..]
+            })
             .args(["--loglevel", "INFO", "-n", node, "-Q", queue, "--logfile"])
             .arg(&log)
             .stdout(Stdio::null())

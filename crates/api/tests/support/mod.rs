@@ -10,7 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
-use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail};
+use overseer_core::detail::{
+    Detail, LoadAverage, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail, WorkerHeartbeat,
+};
 use overseer_core::entity::job;
 use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
 use overseer_core::{ExecutorHealth, HealthReport, JobState, JobType};
@@ -144,12 +146,28 @@ pub fn full_detail() -> Detail {
                 queues: Some(vec!["default".into(), "reports".into()]),
                 state: Some("idle".into()),
                 free_concurrency: Some(4),
+                heartbeat: Some(WorkerHeartbeat {
+                    last: "2026-12-01T10:00:00Z".parse().unwrap(),
+                    every_ms: 2000,
+                    active: Some(1),
+                    processed: Some(42),
+                    loadavg: Some([LoadAverage(0.5), LoadAverage(0.25), LoadAverage(0.1)]),
+                    software: Some("py-celery 5.5.3".into()),
+                }),
             },
             WorkerDetail {
                 name: "celery@w2".into(),
                 queues: Some(vec!["default".into()]),
                 state: Some("running".into()),
                 free_concurrency: Some(0),
+                heartbeat: Some(WorkerHeartbeat {
+                    last: "2026-12-01T10:00:01Z".parse().unwrap(),
+                    every_ms: 5000,
+                    active: Some(0),
+                    processed: Some(0),
+                    loadavg: Some([LoadAverage(0.0); 3]),
+                    software: Some("py-celery 5.5.3".into()),
+                }),
             },
         ]),
         queued_tasks: Some(QueuedTasks {

@@ -248,6 +248,7 @@ mod tests {
                 queues: Some(vec!["default".into()]),
                 state: None,
                 free_concurrency: None,
+                heartbeat: None,
             }])
         );
         assert_eq!(answer(raw.as_bytes(), "t-2"), None);

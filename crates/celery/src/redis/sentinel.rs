@@ -24,6 +24,7 @@ impl RedisCheck {
         settings: &RedisConnectionInfo,
         deadline: Instant,
         budget: Duration,
+        push: Option<super::EventSink>,
     ) -> Result<MultiplexedConnection, Reason> {
         let mut failures = Vec::new();
         let mut answered = false;
@@ -38,7 +39,7 @@ impl RedisCheck {
             let share = left / u32::try_from(sentinels.len() - i).unwrap_or(u32::MAX);
             let (ask_by, ask_budget) = (Instant::now() + share, share);
             let asked = async {
-                let mut conn = self.open(&who, sentinel, ask_by, ask_budget).await?;
+                let mut conn = self.open(&who, sentinel, ask_by, ask_budget, None).await?;
                 timeout_at(
                     ask_by,
                     redis::cmd("SENTINEL")
@@ -67,7 +68,9 @@ impl RedisCheck {
                         .into_connection_info()
                         .expect("an address is always connection info")
                         .set_redis_settings(settings.clone());
-                    return self.open(&self.broker(), info, deadline, budget).await;
+                    return self
+                        .open(&self.broker(), info, deadline, budget, push)
+                        .await;
                 }
                 Ok(None) => answered = true,
                 Err(reason) => failures.push(reason),

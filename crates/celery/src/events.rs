@@ -1,0 +1,450 @@
+//! The workers from their own heartbeats: Celery's event stream, `worker` group
+//! only.
+//!
+//! Every Celery worker sends `worker-heartbeat` every `freq` seconds (2 s by
+//! default, also without `-E`: heartbeats belong to the `worker` group, on
+//! unless `--without-heartbeat`), `worker-online` when it starts and
+//! `worker-offline` when it stops cleanly, each carrying `active`, `processed`,
+//! `loadavg` and its software. Celery's own monitor (`celery.events.state`,
+//! Flower) counts a worker gone two `freq`s after its last heartbeat; so does
+//! this one. Task events are never asked for.
+//!
+//! Each broker's transport subscribes (`BrokerProbe::subscribe`): on Redis,
+//! where Celery makes the `celeryev` exchange a fanout, a pattern subscription
+//! to `/{db}.celeryev/worker.*`; on RabbitMQ, an exclusive auto-delete queue of
+//! Overseer's own bound to the `celeryev` topic exchange for `worker.#`. Both
+//! hand each message to [`WorkerEvents::heard`], which keeps one entry per
+//! worker. The check reads them ([`WorkerEvents::workers`]) at each poll.
+//!
+//! What is known only counts while it is listened for:
+//! - nothing is said of the workers until a subscription has been up for
+//!   [`WARM_UP`] (two default heartbeats): every live worker has spoken by then;
+//! - a worker is judged gone only while a subscription is up, and stays gone
+//!   until it speaks again: a subscription that drops and comes back neither
+//!   blames a worker for heartbeats it could not hear nor forgets one already
+//!   found gone.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use chrono::{DateTime, Utc};
+use overseer_core::detail::{LoadAverage, WorkerHeartbeat};
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// Celery's `event_exchange`.
+pub(crate) const EXCHANGE: &str = "celeryev";
+
+/// The routing keys of the `worker` group (`worker.heartbeat`, ...), as an
+/// AMQP topic binding.
+pub(crate) const WORKER_KEYS: &str = "worker.#";
+
+/// Celery's default heartbeat interval (`freq`), for workers not yet heard.
+const DEFAULT_FREQ: Duration = Duration::from_secs(2);
+
+/// How long a subscription must be up before its silence means anything.
+pub(crate) const WARM_UP: Duration = Duration::from_secs(4);
+
+/// The most workers kept: a stream that names more (a hostile publisher) is
+/// not followed past it; the oldest-heard are dropped first.
+const MAX_WORKERS: usize = 10_000;
+
+/// How long a worker gone or offline is still shown before it is forgotten.
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// The longest `freq` believed (a worker that claims more is held to it).
+const MAX_FREQ: Duration = Duration::from_secs(3600);
+
+/// One event of the `worker` group, as a worker sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Event {
+    /// `worker-heartbeat`, `worker-online` or `worker-offline`.
+    kind: Kind,
+    /// Its node name (`celery@host`).
+    hostname: String,
+    freq: Option<f64>,
+    active: Option<u64>,
+    processed: Option<u64>,
+    loadavg: Option<[f64; 3]>,
+    software: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Heartbeat,
+    Online,
+    Offline,
+}
+
+impl Event {
+    /// The event in a message body (Celery's JSON), if it is one of the
+    /// `worker` group's.
+    pub(crate) fn from_body(body: &[u8]) -> Option<Self> {
+        let event: Value = serde_json::from_slice(body).ok()?;
+        let kind = match event.get("type")?.as_str()? {
+            "worker-heartbeat" => Kind::Heartbeat,
+            "worker-online" => Kind::Online,
+            "worker-offline" => Kind::Offline,
+            _ => return None,
+        };
+        let hostname = event.get("hostname")?.as_str()?;
+        if hostname.is_empty() || hostname.len() > 255 {
+            return None;
+        }
+        let loadavg = event
+            .get("loadavg")
+            .and_then(Value::as_array)
+            .and_then(
+                |l| match l.iter().map(Value::as_f64).collect::<Option<Vec<_>>>()?[..] {
+                    [a, b, c] => Some([a, b, c]),
+                    _ => None,
+                },
+            );
+        let software = match (
+            event.get("sw_ident").and_then(Value::as_str),
+            event.get("sw_ver").and_then(Value::as_str),
+        ) {
+            (Some(ident), Some(ver)) => Some(format!("{ident} {ver}")),
+            (None, Some(ver)) => Some(ver.to_owned()),
+            _ => None,
+        }
+        .map(|s| s.chars().take(64).collect());
+        Some(Self {
+            kind,
+            hostname: hostname.to_owned(),
+            freq: event.get("freq").and_then(Value::as_f64),
+            active: event.get("active").and_then(Value::as_u64),
+            processed: event.get("processed").and_then(Value::as_u64),
+            loadavg,
+            software,
+        })
+    }
+
+    /// The event in a kombu Redis envelope (a JSON message whose `body` is the
+    /// event, base64-encoded).
+    pub(crate) fn from_redis_envelope(raw: &[u8]) -> Option<Self> {
+        let envelope: Value = serde_json::from_slice(raw).ok()?;
+        let body = envelope.get("body")?.as_str()?;
+        match envelope
+            .pointer("/properties/body_encoding")
+            .and_then(Value::as_str)
+        {
+            Some("base64") => Self::from_body(&BASE64.decode(body).ok()?),
+            _ => Self::from_body(body.as_bytes()),
+        }
+    }
+}
+
+/// What was last heard of one worker.
+#[derive(Debug, Clone)]
+struct Heard {
+    last: Instant,
+    last_at: DateTime<Utc>,
+    freq: Duration,
+    active: Option<u64>,
+    processed: Option<u64>,
+    loadavg: Option<[f64; 3]>,
+    software: Option<String>,
+    state: State,
+}
+
+/// A worker's state as its events tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Heard within two of its heartbeats.
+    Online,
+    /// No heartbeat for two of them, while listened for.
+    Gone,
+    /// It said `worker-offline`: stopped cleanly.
+    Offline,
+}
+
+impl State {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Online => "online",
+            Self::Gone => "gone",
+            Self::Offline => "offline",
+        }
+    }
+}
+
+/// One worker as the events tell it, at a poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Worker {
+    pub(crate) name: String,
+    pub(crate) state: State,
+    /// How long since its last event.
+    pub(crate) silent_for: Duration,
+    pub(crate) freq: Duration,
+    pub(crate) heartbeat: WorkerHeartbeat,
+}
+
+/// Every worker heard on a check's brokers, and whether anyone listens.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerEvents {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    workers: BTreeMap<String, Heard>,
+    /// Since when each broker's subscription is up (`None`: down), by index.
+    listening: BTreeMap<usize, Instant>,
+    /// Whether a subscription was ever up for [`WARM_UP`].
+    warmed: bool,
+}
+
+impl WorkerEvents {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Broker `index`'s subscription is up.
+    pub(crate) fn listening(&self, index: usize) {
+        self.lock().listening.insert(index, Instant::now());
+    }
+
+    /// Broker `index`'s subscription dropped.
+    pub(crate) fn deaf(&self, index: usize) {
+        self.lock().listening.remove(&index);
+    }
+
+    /// An event was received now.
+    pub(crate) fn heard(&self, event: Event) {
+        self.heard_at(event, Instant::now(), Utc::now());
+    }
+
+    fn heard_at(&self, event: Event, now: Instant, now_at: DateTime<Utc>) {
+        let mut inner = self.lock();
+        if !inner.workers.contains_key(&event.hostname) && inner.workers.len() >= MAX_WORKERS {
+            let oldest = inner
+                .workers
+                .iter()
+                .min_by_key(|(_, heard)| heard.last)
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                inner.workers.remove(&oldest);
+            }
+        }
+        let freq = event
+            .freq
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .map_or(DEFAULT_FREQ, |f| {
+                Duration::from_secs_f64(f.min(MAX_FREQ.as_secs_f64()))
+            });
+        let state = match event.kind {
+            Kind::Offline => State::Offline,
+            Kind::Heartbeat | Kind::Online => State::Online,
+        };
+        let previous = inner.workers.remove(&event.hostname);
+        let keep = |new: Option<u64>, old: fn(&Heard) -> Option<u64>| {
+            new.or_else(|| previous.as_ref().and_then(old))
+        };
+        let heard = Heard {
+            last: now,
+            last_at: now_at,
+            freq,
+            active: keep(event.active, |h| h.active),
+            processed: keep(event.processed, |h| h.processed),
+            loadavg: event
+                .loadavg
+                .or_else(|| previous.as_ref().and_then(|h| h.loadavg)),
+            software: event
+                .software
+                .or_else(|| previous.as_ref().and_then(|h| h.software.clone())),
+            state,
+        };
+        inner.workers.insert(event.hostname, heard);
+    }
+
+    /// Every worker heard, judged now; `None` while nothing can be said (no
+    /// subscription has been up for [`WARM_UP`] yet).
+    pub(crate) fn workers(&self) -> Option<Vec<Worker>> {
+        self.workers_at(Instant::now())
+    }
+
+    fn workers_at(&self, now: Instant) -> Option<Vec<Worker>> {
+        let mut inner = self.lock();
+        // Listening continuously since the earliest subscription still up.
+        let since = inner.listening.values().min().copied();
+        if since.is_some_and(|since| now.saturating_duration_since(since) >= WARM_UP) {
+            inner.warmed = true;
+        }
+        if !inner.warmed {
+            return None;
+        }
+        inner.workers.retain(|_, heard| {
+            heard.state == State::Online || now.saturating_duration_since(heard.last) < FORGET_AFTER
+        });
+        let mut workers = Vec::with_capacity(inner.workers.len());
+        for (name, heard) in &mut inner.workers {
+            if heard.state == State::Online
+                && let Some(since) = since
+                && now.saturating_duration_since(heard.last.max(since)) > heard.freq * 2
+            {
+                heard.state = State::Gone;
+            }
+            let every_ms = u64::try_from(heard.freq.as_millis()).unwrap_or(u64::MAX);
+            workers.push(Worker {
+                name: name.clone(),
+                state: heard.state,
+                silent_for: now.saturating_duration_since(heard.last),
+                freq: heard.freq,
+                heartbeat: WorkerHeartbeat {
+                    last: heard.last_at,
+                    every_ms,
+                    active: heard.active,
+                    processed: heard.processed,
+                    loadavg: heard.loadavg.map(|l| l.map(LoadAverage)),
+                    software: heard.software.clone(),
+                },
+            });
+        }
+        Some(workers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEARTBEAT: &str = r#"{"hostname": "celery@w1", "utcoffset": 0, "pid": 6656,
+        "clock": 2, "freq": 2.0, "active": 1, "processed": 7, "loadavg": [0.5, 0.25, 0.1],
+        "sw_ident": "py-celery", "sw_ver": "5.5.3", "sw_sys": "Linux",
+        "timestamp": 1796145862.926931, "type": "worker-heartbeat"}"#;
+
+    fn event(kind: &str, host: &str) -> Event {
+        Event::from_body(
+            format!(r#"{{"hostname": "{host}", "freq": 2.0, "type": "worker-{kind}"}}"#).as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_heartbeat_reads_as_celery_sends_it_bare_or_in_kombus_redis_envelope() {
+        let event = Event::from_body(HEARTBEAT.as_bytes()).unwrap();
+        assert_eq!(event.kind, Kind::Heartbeat);
+        assert_eq!(event.hostname, "celery@w1");
+        assert_eq!(event.freq, Some(2.0));
+        assert_eq!((event.active, event.processed), (Some(1), Some(7)));
+        assert_eq!(event.loadavg, Some([0.5, 0.25, 0.1]));
+        assert_eq!(event.software.as_deref(), Some("py-celery 5.5.3"));
+
+        // As captured from a real Celery 5.5.3 worker on Redis.
+        let envelope = serde_json::json!({
+            "body": BASE64.encode(HEARTBEAT),
+            "content-encoding": "utf-8", "content-type": "application/json",
+            "headers": {"hostname": "celery@w1"},
+            "properties": {"delivery_mode": 1, "delivery_info": {"exchange": "celeryev",
+                "routing_key": "worker.heartbeat"}, "priority": 0, "body_encoding": "base64",
+                "delivery_tag": "6cc3ab7b-b65f-4142-b900-ff564cbcb8bb"}
+        });
+        assert_eq!(
+            Event::from_redis_envelope(envelope.to_string().as_bytes()),
+            Some(event)
+        );
+        // Task events, other groups and noise are not worker events.
+        for body in [
+            r#"{"hostname": "celery@w1", "type": "task-received"}"#,
+            r#"{"type": "worker-heartbeat"}"#,
+            r#"{"hostname": "", "type": "worker-heartbeat"}"#,
+            "not json",
+        ] {
+            assert_eq!(Event::from_body(body.as_bytes()), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn nothing_is_said_until_a_subscription_has_listened_for_two_heartbeats() {
+        let events = WorkerEvents::default();
+        let start = Instant::now();
+        assert_eq!(events.workers_at(start), None, "nobody listens");
+        events.lock().listening.insert(0, start);
+        events.heard_at(event("heartbeat", "celery@w1"), start, Utc::now());
+        assert_eq!(events.workers_at(start + Duration::from_secs(3)), None);
+        let workers = events.workers_at(start + WARM_UP).unwrap();
+        assert_eq!(workers.len(), 1);
+        assert_eq!(workers[0].state, State::Online);
+    }
+
+    #[test]
+    fn a_worker_is_gone_after_two_heartbeats_missed_while_listened_for_and_stays_gone() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let state = |now| events.workers_at(now).unwrap()[0].state;
+        events.lock().listening.insert(0, t0);
+        events.heard_at(event("online", "celery@w1"), at(0.0), Utc::now());
+        events.heard_at(event("heartbeat", "celery@w1"), at(4.0), Utc::now());
+        assert_eq!(state(at(5.0)), State::Online);
+        assert_eq!(state(at(8.0)), State::Online, "exactly two heartbeats late");
+        assert_eq!(state(at(8.1)), State::Gone);
+
+        // The subscription drops and comes back: the silence it could not hear
+        // does not clear the verdict, nor does the new subscription's warm-up.
+        events.lock().listening.remove(&0);
+        assert_eq!(state(at(20.0)), State::Gone);
+        events.lock().listening.insert(0, at(30.0));
+        assert_eq!(state(at(30.5)), State::Gone);
+        events.heard_at(event("heartbeat", "celery@w1"), at(31.0), Utc::now());
+        assert_eq!(state(at(31.0)), State::Online, "it spoke again");
+    }
+
+    #[test]
+    fn silence_while_nobody_listens_is_no_fault_of_the_worker() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        events.lock().listening.insert(0, t0);
+        events.heard_at(event("heartbeat", "celery@w1"), at(5), Utc::now());
+        assert_eq!(events.workers_at(at(6)).unwrap()[0].state, State::Online);
+        // Deaf from 7 s to 20 s: nothing judged meanwhile.
+        events.lock().listening.remove(&0);
+        assert_eq!(events.workers_at(at(15)).unwrap()[0].state, State::Online);
+        // Listening again at 20 s: the worker has two heartbeats from then on.
+        events.lock().listening.insert(0, at(20));
+        assert_eq!(events.workers_at(at(23)).unwrap()[0].state, State::Online);
+        assert_eq!(events.workers_at(at(25)).unwrap()[0].state, State::Gone);
+    }
+
+    #[test]
+    fn an_offline_worker_is_offline_and_a_gone_one_is_forgotten_after_an_hour() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        events.lock().listening.insert(0, t0);
+        events.heard_at(event("heartbeat", "celery@a"), t0, Utc::now());
+        events.heard_at(event("offline", "celery@b"), t0, Utc::now());
+        let workers = events.workers_at(t0 + WARM_UP * 2).unwrap();
+        let states: Vec<_> = workers.iter().map(|w| (w.name.as_str(), w.state)).collect();
+        assert_eq!(
+            states,
+            [("celery@a", State::Gone), ("celery@b", State::Offline)]
+        );
+        assert_eq!(
+            events
+                .workers_at(t0 + FORGET_AFTER + Duration::from_secs(1))
+                .unwrap(),
+            []
+        );
+    }
+
+    #[test]
+    fn a_flood_of_names_keeps_at_most_max_workers() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_WORKERS + 5 {
+            let at = t0 + Duration::from_millis(i as u64);
+            events.heard_at(event("heartbeat", &format!("celery@w{i}")), at, Utc::now());
+        }
+        let inner = events.lock();
+        assert_eq!(inner.workers.len(), MAX_WORKERS);
+        assert!(
+            !inner.workers.contains_key("celery@w0"),
+            "the oldest went first"
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The workers from their own heartbeats (Celery's `worker` events), with a real
+//! Celery 5.5.3 worker that sends them as a deployed one does, on Redis and on
+//! RabbitMQ, and no remote control at all (`worker_ping = false`):
+//! - the worker shows in the detail as `online`, with its tasks processed and
+//!   its software, once it has run tasks;
+//! - SIGKILLed with no task waiting and `min_workers = 1`, the verdict turns
+//!   unhealthy naming it, from the silence of its heartbeats alone;
+//! - stopped cleanly, it is `offline` at once, and named so (on RabbitMQ its
+//!   last event may be lost with its connection: it is then gone by silence).
+//!
+//! Each test has a broker of its own (a throwaway Redis, a RabbitMQ virtual
+//! host of its own), so no other test's worker is heard.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings, Probe};
+use overseer_core::ExecutorHealth;
+use overseer_core::detail::WorkerDetail;
+use overseer_testkit::throwaway::ThrowawayRedis;
+use support::Worker;
+
+/// How long a step may take before the test gives up (a cold venv, a loaded machine).
+const STEP: Duration = Duration::from_secs(60);
+
+/// How often the test polls, as a dashboard would sample the verdict.
+const SAMPLE: Duration = Duration::from_millis(250);
+
+fn check(url: &str, queue: &str) -> CeleryCheck {
+    CeleryCheck::new(
+        &BrokerUrl::parse(url).expect("a valid URL"),
+        CheckSettings {
+            queues: vec![queue.to_owned()],
+            worker_ping: false,
+            worker_events: true,
+            min_workers: 1,
+            poll_timeout: support::POLL_TIMEOUT,
+            ..CheckSettings::default()
+        },
+    )
+    .expect("valid settings")
+}
+
+/// Polls every [`SAMPLE`] until `done` holds of a probe; returns it and how
+/// long it took.
+async fn poll_until(
+    check: &CeleryCheck,
+    what: &str,
+    done: impl Fn(&ExecutorHealth, &Probe) -> bool,
+) -> (ExecutorHealth, Probe, Duration) {
+    let started = Instant::now();
+    loop {
+        let (health, probe) = support::poll_within(check, support::POLL_TIMEOUT).await;
+        if done(&health, &probe) {
+            return (health, probe, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < STEP,
+            "{what}: last {health:?} {probe:?}"
+        );
+        tokio::time::sleep(SAMPLE).await;
+    }
+}
+
+/// The worker `node` in a probe's detail.
+fn seen(probe: &Probe, node: &str) -> Option<WorkerDetail> {
+    probe.detail().workers?.into_iter().find(|w| w.name == node)
+}
+
+fn state_of(probe: &Probe, node: &str) -> Option<String> {
+    seen(probe, node).and_then(|w| w.state)
+}
+
+/// The whole life of one worker on `url`: heard, working, killed; then a
+/// second one stopped cleanly.
+async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: bool) {
+    let Some(venv) = support::venv() else { return };
+    let queue = support::unique_name("overseer-ev");
+    let check = check(url, &queue);
+    // The first poll subscribes; until it has listened for two heartbeats it
+    // says nothing of the workers, and the minimum is not judged.
+    let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.heartbeats, None, "nothing said before the warm-up");
+
+    let worker = Worker::start_heartbeating(&venv, url, &queue);
+    let node = worker.node.clone();
+    support::send_tasks(&venv, url, &queue, 3, None);
+    let (health, probe, _) = poll_until(&check, "the worker heard, its tasks done", |_, p| {
+        seen(p, &node)
+            .and_then(|w| w.heartbeat)
+            .is_some_and(|h| h.processed >= Some(3))
+    })
+    .await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    let heard = seen(&probe, &node).unwrap();
+    assert_eq!(heard.state.as_deref(), Some("online"));
+    let heartbeat = heard.heartbeat.unwrap();
+    assert_eq!(heartbeat.every_ms, 2000, "Celery's default freq");
+    assert_eq!(heartbeat.software.as_deref(), Some("py-celery 5.5.3"));
+    assert!(heartbeat.loadavg.is_some(), "{heartbeat:?}");
+
+    // SIGKILL: no worker-offline, only silence. Nothing waits in the queue,
+    // so only the heartbeats can tell.
+    worker.signal("KILL");
+    let (health, _, took) = poll_until(&check, "unhealthy once it is silent", |h, _| {
+        *h != ExecutorHealth::Healthy
+    })
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = &health else {
+        panic!("{health:?}");
+    };
+    assert!(
+        reason.starts_with(&format!(
+            "0 of at least 1 workers alive: {node} sent no heartbeat for "
+        )) && reason.ends_with("(one every 2s)"),
+        "{reason}"
+    );
+    support::note(&format!(
+        "{url}: SIGKILLed worker unhealthy after {took:?} (2 heartbeats of 2s, polled every {SAMPLE:?})"
+    ));
+    // A fault that continues: never healthy again while it lasts.
+    for _ in 0..8 {
+        let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+        assert_ne!(health, ExecutorHealth::Healthy, "{probe:?}");
+        assert_eq!(state_of(&probe, &node).as_deref(), Some("gone"));
+        tokio::time::sleep(SAMPLE).await;
+    }
+
+    // A worker that stops cleanly says so (`worker-offline`): not alive, named.
+    // Celery sends that event as it closes its connection; over AMQP it is
+    // sometimes lost with it, and the worker is then gone by its silence.
+    let mut second = Worker::start_heartbeating(&venv, url, &queue);
+    let other = second.node.clone();
+    poll_until(&check, "the second worker alive", |h, p| {
+        *h == ExecutorHealth::Healthy && state_of(p, &other).as_deref() == Some("online")
+    })
+    .await;
+    second.stop();
+    let (health, probe, _) = poll_until(&check, "not alive once stopped", |_, p| {
+        state_of(p, &other).is_some_and(|s| s != "online")
+    })
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = &health else {
+        panic!("{health:?} {probe:?}");
+    };
+    let said = match state_of(&probe, &other).as_deref() {
+        Some("offline") => format!("{other} went offline"),
+        _ => format!("{other} sent no heartbeat for"),
+    };
+    assert!(reason.contains(&said), "{reason}");
+    assert!(
+        !offline_expected || reason.contains("went offline"),
+        "worker-offline is delivered on this broker: {reason}"
+    );
+}
+
+#[tokio::test]
+async fn redis_a_worker_is_followed_by_its_heartbeats() {
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    a_worker_is_followed_by_its_heartbeats(&broker.url(None, 0), true).await;
+}
+
+/// A RabbitMQ virtual host of the test's own (the `celeryev` exchange is per
+/// virtual host), removed at the end.
+struct VirtualHost(String);
+
+impl VirtualHost {
+    fn create() -> Option<Self> {
+        let name = support::unique_name("overseer-ev");
+        let made = rabbitmqctl(&["add_vhost", &name]).and_then(|()| {
+            rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
+        });
+        match made {
+            Ok(()) => Some(Self(name)),
+            Err(e) => overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:5672/{}", self.0)
+    }
+}
+
+impl Drop for VirtualHost {
+    fn drop(&mut self) {
+        let _ = rabbitmqctl(&["delete_vhost", &self.0]);
+    }
+}
+
+fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("rabbitmqctl: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "rabbitmqctl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[tokio::test]
+async fn rabbitmq_a_worker_is_followed_by_its_heartbeats() {
+    if !support::rabbitmq_up() {
+        return;
+    }
+    let Some(vhost) = VirtualHost::create() else {
+        return;
+    };
+    a_worker_is_followed_by_its_heartbeats(&vhost.url(), false).await;
+}
