@@ -109,7 +109,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, min_workers, max_queued_age, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, worker_events, min_workers, max_queued_age, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -148,12 +148,12 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             line: "error: invalid configuration: executors[0].max_queued_age (from overseer.toml): invalid duration \"soon\": expected a number and a unit, such as 10s or 500ms",
         },
         Case {
-            what: "min_workers without worker_ping",
+            what: "min_workers with neither worker_events nor worker_ping",
             toml: Some(
-                "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://:hunter2@localhost:6379/0\"\nmin_workers = 1\n",
+                "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://:hunter2@localhost:6379/0\"\nworker_events = false\nmin_workers = 1\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].min_workers (from overseer.toml): is 1, which needs worker_ping = true to count workers",
+            line: "error: invalid configuration: executors[0].min_workers (from overseer.toml): is 1, which needs worker_events or worker_ping = true to count workers",
         },
         Case {
             what: "a URL missing its colon names the mistake, not the scheme",
@@ -523,6 +523,7 @@ name = "CeleryExecutor"
 broker_url = "redis://toml-broker:6379/0"
 queues = ["default", "high"]
 worker_ping = true
+worker_events = false
 min_workers = 2
 max_queued_age = "2m"
 "#,
@@ -593,7 +594,10 @@ max_queued_age = "2m"
     assert_eq!(celery["queues"].as_array().unwrap().len(), 2);
     assert_eq!(celery["worker_ping"].as_bool(), Some(true));
     assert_eq!(celery["min_workers"].as_integer(), Some(2));
+    assert_eq!(celery["worker_events"].as_bool(), Some(false));
     assert_eq!(celery["max_queued_age"].as_str(), Some("2m"));
+    // The workers' heartbeats are followed unless turned off.
+    assert_eq!(executors[0]["worker_events"].as_bool(), Some(true));
     assert!(executors[0].get("broker_url").is_none());
     // Every executor is judged on its queued task instances, after 5m by default.
     assert_eq!(executors[0]["max_queued_age"].as_str(), Some("5m"));

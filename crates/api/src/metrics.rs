@@ -17,6 +17,9 @@
 //! | `overseer_queued_tasks` | `executor`, `instance`, `queue` | queue with task instances queued, and every configured queue (0 when none) | Airflow's `task_instance` cannot be read |
 //! | `overseer_overdue_queued_tasks` | `executor`, `instance`, `queue` | the same | the same |
 //! | `overseer_oldest_queued_task_seconds` | `executor`, `instance`, `queue` | queue with task instances queued | none on the queue has a `queued_dttm` |
+//! | `overseer_worker_up` | `executor`, `instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet |
+//! | `overseer_worker_active_tasks` | `executor`, `instance`, `worker` | the same | the worker did not say |
+//! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `instance`, `worker` | the same | the same |
 //!
 //! A queue is labelled by its `broker` as well as its `instance`: a failover
 //! list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose brokers each
@@ -40,7 +43,7 @@ use actix_web::HttpResponse;
 use actix_web::web::Data;
 use chrono::Utc;
 use overseer_core::actors::aggregator::AggregatorStats;
-use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue};
+use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, WorkerDetail, WorkerHeartbeat};
 use overseer_core::overseer::ExecutorIdentity;
 use overseer_core::report::{ExecutorInstance, Status};
 use overseer_core::secret::scrub;
@@ -395,7 +398,50 @@ fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
             .filter_map(|(i, queue, tasks)| Some(gauge(on_queue(i, queue), value(*tasks)?)))
             .collect()
     };
+    // Per worker heard by its heartbeats.
+    let heard: Vec<(Vec<(&str, String)>, &WorkerDetail, &WorkerHeartbeat)> = detailed
+        .iter()
+        .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
+        .filter_map(|(i, w)| {
+            let pairs = vec![
+                ("executor", i.executor.clone().unwrap_or_default()),
+                ("instance", i.instance.clone().unwrap_or_default()),
+                ("worker", w.name.clone()),
+            ];
+            Some((pairs, w, w.heartbeat.as_ref()?))
+        })
+        .collect();
     vec![
+        family(
+            "overseer_worker_up",
+            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline.",
+            MetricType::GAUGE,
+            heard
+                .iter()
+                .map(|(pairs, w, _)| {
+                    let up = w.state.as_deref() == Some("online");
+                    gauge(pairs.clone(), if up { 1.0 } else { 0.0 })
+                })
+                .collect(),
+        ),
+        family(
+            "overseer_worker_active_tasks",
+            "Tasks the worker is running, as its latest heartbeat said.",
+            MetricType::GAUGE,
+            heard
+                .iter()
+                .filter_map(|(pairs, _, h)| Some(gauge(pairs.clone(), h.active? as f64)))
+                .collect(),
+        ),
+        family(
+            "overseer_worker_processed_tasks_total",
+            "Tasks the worker has run since it started, as its latest heartbeat said.",
+            MetricType::COUNTER,
+            heard
+                .iter()
+                .filter_map(|(pairs, _, h)| Some(counter(pairs.clone(), h.processed?)))
+                .collect(),
+        ),
         family(
             "overseer_queue_depth",
             "Messages waiting in the queue on the broker, at this host's latest check of the executor.",

@@ -80,7 +80,47 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
             format!(r#"overseer_oldest_queued_task_seconds{{{on},queue="default"}} 840"#),
         ]
     );
+    // Each worker heard by its heartbeats: up while they arrive, and what the
+    // latest one said.
+    let w1 = format!(r#"{on},worker="celery@w1""#);
+    let w2 = format!(r#"{on},worker="celery@w2""#);
+    assert_eq!(
+        samples(&body, "overseer_worker_up"),
+        [
+            format!("overseer_worker_up{{{w1}}} 1"),
+            format!("overseer_worker_up{{{w2}}} 0"),
+        ]
+    );
+    assert_eq!(
+        samples(&body, "overseer_worker_active_tasks"),
+        [
+            format!("overseer_worker_active_tasks{{{w1}}} 1"),
+            format!("overseer_worker_active_tasks{{{w2}}} 0"),
+        ]
+    );
+    assert_eq!(
+        samples(&body, "overseer_worker_processed_tasks_total"),
+        [
+            format!("overseer_worker_processed_tasks_total{{{w1}}} 42"),
+            format!("overseer_worker_processed_tasks_total{{{w2}}} 0"),
+        ]
+    );
+    assert!(
+        body.contains(
+            "# HELP overseer_worker_processed_tasks_total Tasks the worker has run since it started, \
+             as its latest heartbeat said.\n# TYPE overseer_worker_processed_tasks_total counter\n"
+        ),
+        "{body}"
+    );
     for (family, help) in [
+        (
+            "overseer_worker_up",
+            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline.",
+        ),
+        (
+            "overseer_worker_active_tasks",
+            "Tasks the worker is running, as its latest heartbeat said.",
+        ),
         (
             "overseer_queue_depth",
             "Messages waiting in the queue on the broker, at this host's latest check of the executor.",

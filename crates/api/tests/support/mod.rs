@@ -144,7 +144,7 @@ pub fn full_detail() -> Detail {
             WorkerDetail {
                 name: "celery@w1".into(),
                 queues: Some(vec!["default".into(), "reports".into()]),
-                state: Some("idle".into()),
+                state: Some("online".into()),
                 free_concurrency: Some(4),
                 heartbeat: Some(WorkerHeartbeat {
                     last: "2026-12-01T10:00:00Z".parse().unwrap(),
@@ -158,7 +158,7 @@ pub fn full_detail() -> Detail {
             WorkerDetail {
                 name: "celery@w2".into(),
                 queues: Some(vec!["default".into()]),
-                state: Some("running".into()),
+                state: Some("gone".into()),
                 free_concurrency: Some(0),
                 heartbeat: Some(WorkerHeartbeat {
                     last: "2026-12-01T10:00:01Z".parse().unwrap(),

@@ -1,0 +1,98 @@
+//! `overseer serve` configured as the README recommends (Airflow's own
+//! variables, one `min_workers` line in `overseer.toml`), with a real Celery
+//! 5.5.3 worker sending its heartbeats to a throwaway Redis and no remote
+//! control: the worker shows on HTTP and `/metrics` from its heartbeats alone,
+//! and once it is SIGKILLed, with no task waiting, the executor is unhealthy,
+//! naming it, and stays so.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use overseer_testkit::celery::Worker;
+use overseer_testkit::throwaway::ThrowawayRedis;
+use support::{Serving, celery, get, health, health_until, overseer, workdir};
+
+fn worker_up(serving: &Serving, node: &str) -> Option<String> {
+    let (status, body) = get(&serving.url("/metrics"));
+    assert_eq!(status, 200);
+    body.lines()
+        .find(|l| l.starts_with("overseer_worker_up{") && l.contains(&format!("worker=\"{node}\"")))
+        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+}
+
+#[test]
+fn a_worker_killed_with_nothing_waiting_is_named_from_its_silence() {
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let venv = match overseer_testkit::venv::celery() {
+        Ok(venv) => venv,
+        Err(e) => {
+            overseer_testkit::unavailable::<()>("a Python venv with Celery 5.5.3", e);
+            return;
+        }
+    };
+    let url = broker.url(None, 0);
+    let worker = Worker::start_heartbeating(&venv, &url, "default");
+    let node = worker.node.clone();
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\npoll_interval = \"1s\"\npoll_timeout = \"500ms\"\n\
+         heartbeat_interval = \"500ms\"\nrefresh_interval = \"200ms\"\n\n\
+         [[executors]]\nname = \"CeleryExecutor\"\nmin_workers = 1\n",
+    )
+    .unwrap();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env("AIRFLOW__CELERY__BROKER_URL", &url),
+    );
+    let json = health_until(&serving, "the worker heard by its heartbeats", |j| {
+        celery(j).is_some_and(|c| {
+            c["detail"]["workers"].as_array().is_some_and(|w| {
+                w.iter()
+                    .any(|w| w["name"] == node.as_str() && w["state"] == "online")
+            })
+        })
+    });
+    let instance = celery(&json).unwrap();
+    assert_eq!(instance["health"], "healthy", "{instance}");
+    let heard = instance["detail"]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == node.as_str())
+        .unwrap();
+    assert_eq!(heard["heartbeat"]["every_ms"], 2000, "{heard}");
+    assert_eq!(heard["heartbeat"]["software"], "py-celery 5.5.3", "{heard}");
+    assert_eq!(worker_up(&serving, &node).as_deref(), Some("1"));
+
+    worker.signal("KILL");
+    let killed = Instant::now();
+    let json = health_until(&serving, "unhealthy once the worker is silent", |j| {
+        celery(j).is_some_and(|c| c["health"] == "unhealthy")
+    });
+    let took = killed.elapsed();
+    let reason = celery(&json).unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        reason.starts_with(&format!(
+            "0 of at least 1 workers alive: {node} sent no heartbeat for"
+        )),
+        "{reason}"
+    );
+    eprintln!("SIGKILLed worker unhealthy on HTTP after {took:?}");
+    assert_eq!(worker_up(&serving, &node).as_deref(), Some("0"));
+    // The fault continues: sampled every 250 ms for 5 s, never healthy.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let json = health(&serving);
+        let instance = celery(&json).unwrap();
+        assert_eq!(instance["health"], "unhealthy", "{instance}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
