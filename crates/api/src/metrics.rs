@@ -342,6 +342,13 @@ impl Metrics {
     }
 }
 
+/// A worker heard by its heartbeats: its labels, itself, its latest heartbeat.
+type Heard<'a> = (
+    Vec<(&'static str, String)>,
+    &'a WorkerDetail,
+    &'a WorkerHeartbeat,
+);
+
 /// The gauges of the evidence beside this host's verdicts (see the module's
 /// table), from the rows that carry a [`Detail`].
 fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
@@ -399,7 +406,7 @@ fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
             .collect()
     };
     // Per worker heard by its heartbeats.
-    let heard: Vec<(Vec<(&str, String)>, &WorkerDetail, &WorkerHeartbeat)> = detailed
+    let heard: Vec<Heard> = detailed
         .iter()
         .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
         .filter_map(|(i, w)| {
