@@ -359,6 +359,11 @@ impl ThrowawayRedis {
     }
 
     /// `redis://[:password@]127.0.0.1:{port}/{db}`.
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn url(&self, password: Option<&str>, db: u32) -> String {
         match password {
             Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),

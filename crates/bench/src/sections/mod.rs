@@ -4,6 +4,7 @@
 
 pub mod celery;
 pub mod detection;
+pub mod events;
 pub mod http;
 pub mod main_loop;
 pub mod plugin;
