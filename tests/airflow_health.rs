@@ -28,9 +28,10 @@
 //!    no instance, both hosts named.
 //!
 //! A second test, `the_read_agrees_on_sqlite_and_mariadb`, holds the plugin's
-//! read (`overseer_airflow.read`, the same statement, through SQLAlchemy with
-//! the database's driver: the standard library's on SQLite, PyMySQL, installed
-//! for the test, on MariaDB) to `overseer serve`'s entry on those databases
+//! read (`overseer_airflow.read.HeldConnection`, as the api-server reads: the
+//! same statement on one connection held across reads, in autocommit, through
+//! SQLAlchemy with the database's driver: the standard library's on SQLite,
+//! PyMySQL, installed for the test, on MariaDB) to `overseer serve`'s entry on those databases
 //! (Airflow's `job` table made by Airflow's DDL, then Overseer's migration):
 //! healthy with an unchecked transport, the broker killed, and Overseer killed
 //! with SIGKILL (its rows stale, the reason naming its host). The api-server
@@ -73,17 +74,19 @@ const NOT_FROM_THE_TABLE: [&str; 3] = ["since", "previous", "detail"];
 const PYMYSQL: &str = "PyMySQL==1.1.1";
 /// The plugin's read and rules in a loop: one line in (any), one read of the
 /// database `argv[1]` and the entry as one JSON line out (threshold `argv[2]`).
+/// The read is the api-server's: one connection held across reads, in
+/// autocommit, so each read must see what Overseer committed since the last.
 const READER: &str = "\
 import json, sys
 from datetime import datetime, timedelta, timezone
 from sqlalchemy import create_engine
 from overseer_airflow.entry import executor_entry
-from overseer_airflow.read import executor_rows
+from overseer_airflow.read import HeldConnection
 engine = create_engine(sys.argv[1])
+read = HeldConnection(lambda: engine).rows
 threshold = timedelta(seconds=float(sys.argv[2]))
 for _ in sys.stdin:
-    with engine.connect() as connection:
-        rows = executor_rows(connection)
+    rows = read()
     print(json.dumps(executor_entry(rows, threshold, datetime.now(timezone.utc))), flush=True)
 ";
 
