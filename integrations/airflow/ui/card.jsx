@@ -1,7 +1,8 @@
 // The card on Airflow's home page: each executor instance's health, reason and
 // how long it has held, read from Airflow's own `/api/v2/monitor/health` (the
 // `executor` entry the plugin's middleware adds) every REFRESH_MS while the
-// page is open.
+// page is open. How long a health has held is remembered across reads (see
+// `track` and `held` in rules.js: the entry itself cannot say).
 //
 // Airflow 3.3's UI loads the bundle with a dynamic `import()` and takes the
 // component from `globalThis[<react app's name>]`, else `globalThis.AirflowPlugin`
@@ -11,7 +12,7 @@
 
 import { useEffect, useRef, useState } from "react";
 
-import { colour, healthUrl, READ_TIMEOUT_MS, REFRESH_MS, view } from "./rules.js";
+import { colour, healthUrl, held, READ_TIMEOUT_MS, REFRESH_MS, track, view } from "./rules.js";
 
 const styles = {
   card: {
@@ -72,6 +73,43 @@ function Badge({ health }) {
   );
 }
 
+/** One instance's row: its dot, executor, broker and host, health and age, reason. */
+function Instance({ instance: i, age }) {
+  return (
+    <li
+      data-testid="overseer-executor-instance"
+      data-health={i.health}
+      data-executor={i.executor}
+      data-hostname={i.hostname}
+      data-instance={i.instance}
+      style={styles.row}
+    >
+      <Dot health={i.health} />
+      <div>
+        <span style={styles.name}>{i.executor}</span>{" "}
+        <span style={styles.where}>
+          {i.instance ? `${i.instance} · ` : ""}
+          {i.hostname}
+        </span>
+      </div>
+      <div style={styles.right}>
+        <span style={{ color: colour(i.health), fontWeight: 600 }}>{i.health}</span>
+        {age ? (
+          <span style={styles.quiet} title={age.why} data-testid="overseer-executor-held">
+            {" "}
+            · {age.text}
+          </span>
+        ) : null}
+      </div>
+      {i.reason ? (
+        <div data-testid="overseer-executor-instance-reason" style={styles.reason}>
+          {i.reason}
+        </div>
+      ) : null}
+    </li>
+  );
+}
+
 /** One read of the endpoint: its JSON body, or an error saying why not. */
 async function readHealth(signal) {
   const response = await fetch(healthUrl(document.baseURI), {
@@ -90,6 +128,8 @@ export default function ExecutorHealthCard() {
   const [now, setNow] = useState(() => Date.now());
   // At most one read in flight: a slow endpoint is not asked again meanwhile.
   const inFlight = useRef(false);
+  // Each instance's health and when a read first showed it (rules.js `track`).
+  const memory = useRef(new Map());
 
   useEffect(() => {
     let stopped = false;
@@ -101,7 +141,9 @@ export default function ExecutorHealthCard() {
       const timeout = setTimeout(() => controller.abort(), READ_TIMEOUT_MS);
       try {
         const body = await readHealth(controller.signal);
-        if (!stopped) setRead({ body, at: Date.now(), error: null });
+        const at = Date.now();
+        memory.current = track(memory.current, view(body).instances, at);
+        if (!stopped) setRead({ body, at, error: null });
       } catch (e) {
         const why = e?.name === "AbortError" ? `no answer within ${READ_TIMEOUT_MS / 1000} s` : String(e?.message ?? e);
         if (!stopped) setRead((last) => ({ ...last, error: why }));
@@ -120,7 +162,7 @@ export default function ExecutorHealthCard() {
     };
   }, []);
 
-  const shown = read.body ? view(read.body, now) : null;
+  const shown = read.body ? view(read.body) : null;
   const status = shown && !read.error ? shown.status : "unknown";
   return (
     <section data-testid="overseer-executor-health" data-status={status} style={styles.card}>
@@ -148,33 +190,7 @@ export default function ExecutorHealthCard() {
       {shown && shown.instances.length > 0 ? (
         <ul style={styles.list}>
           {shown.instances.map((i) => (
-            <li
-              key={i.key}
-              data-testid="overseer-executor-instance"
-              data-health={i.health}
-              data-executor={i.executor}
-              data-hostname={i.hostname}
-              data-instance={i.instance}
-              style={styles.row}
-            >
-              <Dot health={i.health} />
-              <div>
-                <span style={styles.name}>{i.executor}</span>{" "}
-                <span style={styles.where}>
-                  {i.instance ? `${i.instance} · ` : ""}
-                  {i.hostname}
-                </span>
-              </div>
-              <div style={styles.right}>
-                <span style={{ color: colour(i.health), fontWeight: 600 }}>{i.health}</span>
-                {i.held ? <span style={styles.quiet}> · {i.held}</span> : null}
-              </div>
-              {i.reason ? (
-                <div data-testid="overseer-executor-instance-reason" style={styles.reason}>
-                  {i.reason}
-                </div>
-              ) : null}
-            </li>
+            <Instance key={i.key} instance={i} age={held(i, memory.current.get(i.key), now)} />
           ))}
         </ul>
       ) : null}

@@ -67,26 +67,58 @@ export function duration(ms) {
 }
 
 /**
- * How long an instance's health has held, as far as the entry says, at `now`
- * (ms since the epoch): from `since` (when the health began: Overseer's own
- * entry has it) as `for 4 min`; else, as Airflow's entry from the `job` table
- * has only when the verdict was last made, from `checked_at` as `checked 3 s
- * ago`; `null` when neither is there or readable.
+ * What the card remembers of each instance between reads (a `Map` by key):
+ * its health and when a read (at `at`, ms) first showed it so; `changed` when
+ * the card saw it turn, rather than finding it so when the page opened.
+ * Airflow's entry cannot say when a health began: the `job` table holds when
+ * the verdict was last made (`checked_at`, which Overseer moves with every
+ * heartbeat), and `since` is Overseer's own entry's, from its history table.
  */
-export function held(instance, now) {
+export function track(memory, instances, at) {
+  const next = new Map();
+  for (const i of instances) {
+    const before = memory.get(i.key);
+    if (before && before.health === i.health) next.set(i.key, before);
+    else next.set(i.key, { health: i.health, since: at, changed: before !== undefined });
+  }
+  return next;
+}
+
+/** How long the card must have watched a health before it says `for over`. */
+export const WATCHED_MS = 60_000;
+
+/**
+ * How long an instance's health has held, at `now` (ms), as far as is known,
+ * with what that rests on: `since` in the entry (`for 4 min`); else the turn
+ * the card saw (`for 35 s`, to within one refresh); else, once the card has
+ * watched it a minute, `for over 2 min`; else when Overseer last checked it
+ * (`checked 3 s ago`). `null` when nothing is known.
+ */
+export function held(instance, seen, now) {
   const since = Date.parse(instance?.since ?? "");
-  if (Number.isFinite(since)) return `for ${duration(now - since)}`;
+  if (Number.isFinite(since)) {
+    return { text: `for ${duration(now - since)}`, why: "since Overseer's verdict history says it turned" };
+  }
+  if (seen?.changed) {
+    return { text: `for ${duration(now - seen.since)}`, why: "since this page saw it turn" };
+  }
+  if (seen && now - seen.since >= WATCHED_MS) {
+    return { text: `for over ${duration(now - seen.since)}`, why: "as long as this page has shown it" };
+  }
   const checked = Date.parse(instance?.checked_at ?? "");
-  if (Number.isFinite(checked)) return `checked ${duration(now - checked)} ago`;
+  if (Number.isFinite(checked)) {
+    return { text: `checked ${duration(now - checked)} ago`, why: "when Overseer last checked it" };
+  }
   return null;
 }
 
 /**
  * What the card shows of Airflow's health body: the `executor` entry's
- * status, its own reason (of Overseer itself) and one line per instance.
+ * status, its own reason (of Overseer itself) and one line per instance
+ * (how long each has held is `held`'s, from what `track` remembers).
  * A body without the entry means the plugin's middleware did not run.
  */
-export function view(body, now) {
+export function view(body) {
   const entry = body?.executor;
   if (!entry || typeof entry !== "object") {
     return {
@@ -103,7 +135,8 @@ export function view(body, now) {
     hostname: i.hostname ?? "",
     health: ["healthy", "unhealthy"].includes(i.health) ? i.health : "unknown",
     reason: redact(i.reason ?? ""),
-    held: held(i, now),
+    since: i.since ?? null,
+    checked_at: i.checked_at ?? null,
   }));
   return {
     status: ["healthy", "unhealthy"].includes(entry.status) ? entry.status : "unknown",

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { colour, COLOURS, duration, healthUrl, held, redact, view } from "./rules.js";
+import { colour, COLOURS, duration, healthUrl, held, redact, track, view } from "./rules.js";
 
 test("the health route under the UI's base, with or without a base_url prefix", () => {
   assert.equal(healthUrl("http://airflow:8080/"), "http://airflow:8080/api/v2/monitor/health");
@@ -35,15 +35,33 @@ test("durations in words", () => {
   for (const [ms, text] of table) assert.equal(duration(ms), text, `${ms} ms`);
 });
 
-test("how long it held: since first, then checked_at, else nothing", () => {
+test("how long it held: since, else a turn seen, else watched a minute, else checked_at", () => {
   const now = Date.parse("2026-11-29T20:00:00+00:00");
+  const instance = { since: null, checked_at: "2026-11-29T19:59:57.5+00:00" };
   assert.equal(
-    held({ since: "2026-11-29T19:56:00+00:00", checked_at: "2026-11-29T19:59:58+00:00" }, now),
+    held({ since: "2026-11-29T19:56:00+00:00", checked_at: "2026-11-29T19:59:58+00:00" }, undefined, now).text,
     "for 4 min",
   );
-  assert.equal(held({ since: null, checked_at: "2026-11-29T19:59:57.5+00:00" }, now), "checked 2 s ago");
-  assert.equal(held({ since: null, checked_at: null }, now), null);
-  assert.equal(held({ checked_at: "not a time" }, now), null);
+  assert.equal(held(instance, { health: "unhealthy", since: now - 35_000, changed: true }, now).text, "for 35 s");
+  assert.equal(held(instance, { health: "healthy", since: now - 125_000, changed: false }, now).text, "for over 2 min");
+  assert.equal(held(instance, { health: "healthy", since: now - 30_000, changed: false }, now).text, "checked 2 s ago");
+  assert.equal(held(instance, undefined, now).text, "checked 2 s ago");
+  assert.equal(held({ since: null, checked_at: null }, undefined, now), null);
+  assert.equal(held({ checked_at: "not a time" }, undefined, now), null);
+});
+
+test("the card remembers when each health began, and whether it saw the turn", () => {
+  const a = { key: "a", health: "healthy" };
+  const b = { key: "b", health: "unknown" };
+  let memory = track(new Map(), [a, b], 1000);
+  assert.deepEqual(memory.get("a"), { health: "healthy", since: 1000, changed: false });
+  memory = track(memory, [a, b], 6000);
+  assert.deepEqual(memory.get("a"), { health: "healthy", since: 1000, changed: false });
+  memory = track(memory, [{ key: "a", health: "unhealthy" }], 11000);
+  assert.deepEqual(memory.get("a"), { health: "unhealthy", since: 11000, changed: true });
+  assert.equal(memory.has("b"), false, "gone instances are forgotten");
+  memory = track(memory, [b], 16000);
+  assert.deepEqual(memory.get("b"), { health: "unknown", since: 16000, changed: false });
 });
 
 test("passwords in URLs never shown", () => {
@@ -79,7 +97,7 @@ test("the view of Airflow's body", () => {
       ],
     },
   };
-  const shown = view(body, now);
+  const shown = view(body);
   assert.equal(shown.status, "unhealthy");
   assert.equal(shown.reason, "Overseer on sched-b stopped heartbeating");
   assert.equal(shown.instances.length, 2);
@@ -92,16 +110,17 @@ test("the view of Airflow's body", () => {
       hostname: "sched-a",
       health: "unhealthy",
       reason: "broker unreachable: redis://:***@broker:6379/0 refused",
-      held: "checked 10 s ago",
+      since: null,
+      checked_at: "2026-11-29T19:59:50+00:00",
     },
   );
   assert.equal(shown.instances[1].health, "unknown");
-  assert.equal(shown.instances[1].held, null);
+  assert.equal(held(shown.instances[0], undefined, now).text, "checked 10 s ago");
   assert.equal(JSON.stringify(shown).includes("pw@"), false);
 });
 
 test("no executor entry: unknown, saying why", () => {
-  const shown = view({ metadatabase: { status: "healthy" } }, 0);
+  const shown = view({ metadatabase: { status: "healthy" } });
   assert.equal(shown.status, "unknown");
   assert.match(shown.reason, /no executor entry/);
   assert.deepEqual(shown.instances, []);
