@@ -15,6 +15,11 @@ test *ARGS:
 interop-airflow:
     cargo nextest run --workspace -E 'binary(interop_airflow)' --no-capture
 
+# The Airflow plugin: its card's tests and bundle (npm), then its wheel in dist/, as CI builds it.
+airflow-plugin:
+    cd integrations/airflow && npm ci --no-audit --no-fund && npm test && npm run build
+    python3 -m pip wheel --no-deps ./integrations/airflow -w dist/
+
 # Formatting and clippy, as CI checks them.
 lint:
     cargo fmt --all --check

@@ -123,14 +123,15 @@ impl Airflow {
     }
 
     /// Installs the plugin from a copy of its source (pip builds in the source
-    /// folder) into `site/`, then runs its unit tests against the install.
-    /// `false` (skipped) when PyPI cannot be reached for setuptools.
+    /// folder, and the build runs npm for the card's bundle) into `site/`, then
+    /// runs its unit tests against the install. `false` (skipped) when PyPI
+    /// cannot be reached for setuptools, or the npm registry for vite.
     pub fn install_plugin(&mut self) -> bool {
         let source = self.dir.path().join("plugin-source");
         copy_tree(Path::new(PLUGIN), &source);
         if !self.pip_install(
             source.as_os_str(),
-            "PyPI (pip fetches setuptools to build the plugin)",
+            "PyPI and the npm registry (the plugin's build fetches setuptools and vite)",
         ) {
             return false;
         }
@@ -168,6 +169,9 @@ impl Airflow {
                 "NewConnectionError",
                 "Temporary failure in name resolution",
                 "Network is unreachable",
+                // npm, building the card's bundle (setup.py).
+                "ENOTFOUND",
+                "EAI_AGAIN",
             ];
             if network.iter().any(|n| log.contains(n)) {
                 let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
@@ -347,7 +351,9 @@ pub fn copy_tree(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap().flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name == "__pycache__" || name == "build" || name.ends_with(".egg-info") {
+        // npm's install: the build runs `npm ci` itself (setup.py).
+        let left_by_a_build = ["__pycache__", "build", "node_modules"];
+        if left_by_a_build.contains(&&*name) || name.ends_with(".egg-info") {
             continue;
         }
         let path = entry.path();

@@ -150,10 +150,15 @@ impl Driver {
         );
     }
 
-    pub fn screenshot(&self, name: &str) {
+    /// A screenshot of the window, as PNG bytes.
+    pub fn png(&self) -> Vec<u8> {
         let url = format!("{}/session/{}/screenshot", self.base, self.session);
         let answer: Value = ureq::get(&url).call().unwrap().into_json().unwrap();
-        let png = decode_base64(answer["value"].as_str().unwrap());
+        decode_base64(answer["value"].as_str().unwrap())
+    }
+
+    pub fn screenshot(&self, name: &str) {
+        let png = self.png();
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(name), png).unwrap();

@@ -5,8 +5,10 @@ Overseer's ``tests/airflow_health.rs`` runs the middleware in a real Airflow."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+import threading
 import time
 import unittest
 from datetime import datetime, timedelta, timezone
@@ -21,7 +23,7 @@ except ImportError:  # pragma: no cover - outside Airflow's environment
 
 from overseer_airflow import middleware
 from overseer_airflow.entry import Row
-from overseer_airflow.middleware import ExecutorHealthMiddleware, add_entry, redact
+from overseer_airflow.middleware import ExecutorHealthMiddleware, Reads, add_entry, redact
 
 #: Airflow's own answer, as its endpoint writes it.
 AIRFLOW = {
@@ -99,6 +101,8 @@ class Middleware(unittest.TestCase):
         self.assertEqual(add_entry(b'{"a":1}\n', {"s": 1}), b'{"a":1,"executor":{"s":1}}\n')
         self.assertIsNone(add_entry(b'{"executor":{}}', {"s": 1}))
         self.assertIsNone(add_entry(b"[1]", {"s": 1}))
+        self.assertIsNone(add_entry(b"not json", {"s": 1}))
+        self.assertEqual(add_entry(b" { } ", {"s": 1}), b' { "executor":{"s":1}} ')
         self.assertIsNone(add_entry(gzip.compress(plain), {"s": 1}))
 
     def test_other_routes_and_methods_pass_untouched_without_a_read(self) -> None:
@@ -153,6 +157,64 @@ class Middleware(unittest.TestCase):
         self.assertEqual(redact("x redis://:pw@h:6379/0 y"), "x redis://:***@h:6379/0 y")
         self.assertEqual(redact("host=db password=pw user=a"), "host=db password=*** user=a")
         self.assertEqual(redact("redis://h:6379/0"), "redis://h:6379/0")
+
+
+class ReadsInFlight(unittest.TestCase):
+    """One read at a time in the plugin's thread; those who ask meanwhile share the next."""
+
+    def test_who_asks_during_a_read_shares_the_read_after_it(self) -> None:
+        release = threading.Event()
+        started: list[float] = []
+
+        def read() -> list[Row]:
+            started.append(time.monotonic())
+            release.wait(5)
+            return [healthy_row()]
+
+        async def scenario() -> tuple[list[list[Row]], list[float]]:
+            reads = Reads(read)
+            first = asyncio.ensure_future(reads.rows())
+            while not started:
+                await asyncio.sleep(0.001)
+            asked = time.monotonic()
+            later = [asyncio.ensure_future(reads.rows()) for _ in range(5)]
+            release.set()
+            return await asyncio.gather(first, *later), [asked]
+
+        answers, (asked,) = asyncio.run(scenario())
+        self.assertEqual(len(started), 2, "one read for the first request, one for the five after it")
+        self.assertGreater(started[1], asked, "the shared read began after they asked")
+        self.assertTrue(all(len(a) == 1 for a in answers))
+
+    def test_an_error_goes_to_every_waiter_and_the_next_read_is_made_anew(self) -> None:
+        calls = []
+
+        def read() -> list[Row]:
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("database down")
+            return []
+
+        async def scenario() -> list[object]:
+            reads = Reads(read)
+            try:
+                await reads.rows()
+            except OSError as e:
+                first: object = e
+            return [first, await reads.rows()]
+
+        first, second = asyncio.run(scenario())
+        self.assertIsInstance(first, OSError)
+        self.assertEqual(second, [])
+
+    def test_a_new_event_loop_starts_clean(self) -> None:
+        reads = Reads(lambda: [])
+
+        async def once() -> list[Row]:
+            return await reads.rows()
+
+        self.assertEqual(asyncio.run(once()), [])
+        self.assertEqual(asyncio.run(once()), [])
 
 
 class Threshold(unittest.TestCase):

@@ -6,16 +6,23 @@ A plain ASGI middleware, so that it sees the response as it is sent:
 - only ``GET`` of the health route (under any ``[api] base_url`` prefix, found as
   Starlette finds routes: the request path less the app's ``root_path``) is
   touched; every other request passes straight through;
-- the read of the ``job`` table starts once Airflow's answer is complete, so
-  that a request holds at most one connection of Airflow's pool at a time (a
-  read beside Airflow's own pushed the pool into its overflow, whose
-  connections are opened and closed per use); it runs in a worker thread
-  (Airflow's session is synchronous: its asynchronous one measured twice the
-  CPU per read), bounded by :data:`READ_TIMEOUT`;
+- the entry comes from a read of the ``job`` table that starts once Airflow's
+  answer is complete (:class:`Reads`): one thread of the plugin's own makes the
+  reads, one at a time, through one connection it holds
+  (:class:`overseer_airflow.read.HeldConnection`). A request whose answer is
+  complete while a read is in flight waits for the read after it, which starts
+  when that one ends and serves every request that came meanwhile: each entry
+  is read after its request's answer, there is never more than one read per
+  request, and however many requests come and however slow the database is,
+  the plugin holds one thread and one connection per api-server worker (none
+  of the threads Airflow runs its routes in, none of its pool's connections).
+  A request waits at most :data:`READ_TIMEOUT`;
 - the response is held until its last body chunk (it may stream), and then only
   a ``200`` JSON object is changed: ``"executor": {...}`` is inserted before its
   closing brace, so the entries Airflow wrote stay byte for byte, and
-  ``content-length`` is set to the new length. A gzip-encoded body (Airflow adds
+  ``content-length`` is set to the new length (the body is not parsed:
+  Airflow's ``JSONResponse`` writes one object, so the check is that it is
+  ``{...}`` without an ``"executor"`` key). A gzip-encoded body (Airflow adds
   ``GZipMiddleware`` outside the plugins' middlewares, so it should not be, but
   another middleware may) is decompressed and compressed again; another encoding,
   a body that is not a JSON object, or one that has an ``executor`` key already,
@@ -32,7 +39,10 @@ import gzip
 import json
 import logging
 import math
+import os
+import queue
 import re
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -115,21 +125,94 @@ def describe(error: BaseException) -> str:
 
 
 def add_entry(body: bytes, entry: dict[str, Any]) -> bytes | None:
-    """``body`` (a JSON object) with ``"executor": entry`` as its last key, the
-    rest byte for byte; ``None`` when it is not a JSON object or has the key."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(parsed, dict) or "executor" in parsed:
-        return None
+    """``body`` (a JSON object, as Airflow's ``JSONResponse`` writes one) with
+    ``"executor": entry`` spliced in as its last key, the rest byte for byte;
+    ``None`` when it is not ``{...}`` or has an ``"executor"`` key already (a
+    later Airflow's: the text ``"executor"`` anywhere leaves the body as it was).
+    The body is not parsed: the entry is added in front of its closing brace."""
     head = body.rstrip()
-    if not head.endswith(b"}"):
+    start = len(body) - len(body.lstrip())
+    if not (head.endswith(b"}") and body[start : start + 1] == b"{") or b'"executor"' in body:
         return None
     # As Starlette's JSONResponse writes JSON.
     encoded = json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    comma = b"," if parsed else b""
+    empty = not head[start + 1 : -1].strip()
+    comma = b"" if empty else b","
     return head[:-1] + comma + b'"executor":' + encoded.encode() + b"}" + body[len(head) :]
+
+
+class Reads:
+    """The reads of the ``job`` table of one api-server worker (see the module
+    doc): at most one in flight, made by a daemon thread of its own (a read
+    stuck on a dead database never holds up the process's exit), and at most
+    one waiting after it, shared by every request that came meanwhile.
+
+    Used from the event loop only; ``read`` runs in the thread.
+    """
+
+    def __init__(self, read: Callable[[], list[Row]]) -> None:
+        self._read = read
+        #: The read in flight and the one after it: futures of the loop below.
+        self._running: asyncio.Future[list[Row]] | None = None
+        self._next: asyncio.Future[list[Row]] | None = None
+        #: The loop those futures belong to (a test may run several in turn).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The reading thread's work: ``(loop, future)`` pairs.
+        self._work: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[list[Row]]]] | None = None
+        #: The process the thread was started in (a forked child starts its own).
+        self._pid = 0
+
+    def rows(self) -> asyncio.Future[list[Row]]:
+        """The rows of a read starting now, or of the one after the read in
+        flight: a future to await (shielded: one waiter's timeout cancels
+        nobody else's read)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._running, self._next, self._loop = None, None, loop
+        if self._running is None:
+            future = self._start(loop.create_future())
+        else:
+            if self._next is None:
+                self._next = loop.create_future()
+            future = self._next
+        return asyncio.shield(future)
+
+    def _start(self, future: asyncio.Future[list[Row]]) -> asyncio.Future[list[Row]]:
+        self._running = future
+        # Nobody may be waiting by the time it ends: its error is then dropped.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._thread().put((asyncio.get_running_loop(), future))
+        return future
+
+    def _thread(self) -> queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[list[Row]]]]:
+        if self._work is None or self._pid != os.getpid():
+            self._work, self._pid = queue.SimpleQueue(), os.getpid()
+            threading.Thread(target=self._serve, args=(self._work,), name="overseer-job-read", daemon=True).start()
+        return self._work
+
+    def _serve(self, work: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[list[Row]]]]) -> None:
+        while True:
+            loop, future = work.get()
+            try:
+                rows, error = self._read(), None
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting requests
+                rows, error = None, e
+            try:
+                loop.call_soon_threadsafe(self._done, future, rows, error)
+            except RuntimeError:  # the loop is closed: nobody waits
+                pass
+
+    def _done(self, future: asyncio.Future[list[Row]], rows: list[Row] | None, error: BaseException | None) -> None:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(rows or [])
+        if future is not self._running:
+            return
+        self._running, following, self._next = None, self._next, None
+        if following is not None:
+            self._start(following)
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
@@ -150,11 +233,12 @@ class ExecutorHealthMiddleware:
         threshold: timedelta | None = None,
     ) -> None:
         self.app = app
-        self.read_rows = read_rows or airflow_rows
+        self.reads = Reads(read_rows or airflow_rows())
         if threshold is None:
             from airflow.configuration import conf
 
             threshold = configured_threshold(conf)
+        #: Read once: Airflow's configuration does not change while it runs.
         self.threshold = threshold
 
     async def __call__(self, scope: Message, receive: Any, send: Send) -> None:
@@ -171,10 +255,8 @@ class ExecutorHealthMiddleware:
 
     async def entry(self) -> dict[str, Any]:
         """The entry, from one read of the ``job`` table made now."""
-        from starlette.concurrency import run_in_threadpool
-
         try:
-            rows = await asyncio.wait_for(run_in_threadpool(self.read_rows), READ_TIMEOUT)
+            rows = await asyncio.wait_for(self.reads.rows(), READ_TIMEOUT)
         except asyncio.TimeoutError:
             log.warning("Overseer: the job table did not answer within %gs", READ_TIMEOUT)
             return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s")
@@ -251,11 +333,14 @@ class Reply:
         return gzip.compress(changed, compresslevel=5) if encoding == b"gzip" else changed
 
 
-def airflow_rows() -> list[Row]:
-    """The rows, read through Airflow's own database session."""
-    from airflow.utils.session import create_session
+def airflow_rows() -> Callable[[], list[Row]]:
+    """The read of the rows through Airflow's own engine, on a connection held
+    for the reading thread."""
+    from overseer_airflow.read import HeldConnection
 
-    from overseer_airflow.read import executor_rows
+    def engine() -> Any:
+        from airflow import settings
 
-    with create_session() as session:
-        return executor_rows(session)
+        return settings.engine
+
+    return HeldConnection(engine).rows

@@ -1,0 +1,146 @@
+// The card's rules, as pure functions (the time passed in): what it reads, how
+// it colours a health and says how long it has held. No React, no browser:
+// `npm test` runs them under Node's own test runner (rules.test.js).
+
+/** Airflow's health route, below the UI's base (`[api] base_url`). */
+export const HEALTH_PATH = "api/v2/monitor/health";
+
+/** How often the card reads the endpoint while the page is open. */
+export const REFRESH_MS = 5000;
+
+/** How long one read may take before the card says it could not read. */
+export const READ_TIMEOUT_MS = 10000;
+
+/**
+ * The colour of each health, as Airflow's own health section colours its
+ * components: green healthy, red unhealthy, grey for anything not judged.
+ */
+export const COLOURS = {
+  healthy: "#16a34a",
+  unhealthy: "#dc2626",
+  unknown: "#9ca3af",
+};
+
+/** The colour of `health` (`healthy`, `unhealthy`; anything else is grey). */
+export function colour(health) {
+  return COLOURS[health] ?? COLOURS.unknown;
+}
+
+/**
+ * The health endpoint's URL for a page whose base is `baseURI` (the UI's
+ * `<base href>`, which carries any `[api] base_url` prefix): same origin, so
+ * neither a frame nor CORS.
+ */
+export function healthUrl(baseURI) {
+  return new URL(HEALTH_PATH, baseURI).href;
+}
+
+/**
+ * `text` with the password of any URL in it replaced by `***`. Overseer never
+ * writes one into the `job` table, and the plugin removes them from its own
+ * reasons; the card removes them again so that no row written by another hand
+ * can show one.
+ */
+export function redact(text) {
+  if (typeof text !== "string") return text;
+  return text.replace(/[A-Za-z][A-Za-z0-9+.-]*:\/\/[^\s'"<>]+/g, (token) => {
+    const start = token.indexOf("://") + 3;
+    // The authority ends at the path, the query or the fragment.
+    const authority = token.slice(start).split(/[/?#]/, 1)[0];
+    const at = authority.lastIndexOf("@");
+    const colon = authority.slice(0, Math.max(at, 0)).indexOf(":");
+    if (at < 0 || colon < 0) return token;
+    return `${token.slice(0, start)}${authority.slice(0, colon)}:***${token.slice(start + at)}`;
+  });
+}
+
+/** A length of time in words: `12 s`, `4 min`, `3 h 5 min`, `2 d 4 h`. */
+export function duration(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+  const d = Math.floor(h / 24);
+  return h % 24 ? `${d} d ${h % 24} h` : `${d} d`;
+}
+
+/**
+ * What the card remembers of each instance between reads (a `Map` by key):
+ * its health and when a read (at `at`, ms) first showed it so; `changed` when
+ * the card saw it turn, rather than finding it so when the page opened.
+ * Airflow's entry cannot say when a health began: the `job` table holds when
+ * the verdict was last made (`checked_at`, which Overseer moves with every
+ * heartbeat), and `since` is Overseer's own entry's, from its history table.
+ */
+export function track(memory, instances, at) {
+  const next = new Map();
+  for (const i of instances) {
+    const before = memory.get(i.key);
+    if (before && before.health === i.health) next.set(i.key, before);
+    else next.set(i.key, { health: i.health, since: at, changed: before !== undefined });
+  }
+  return next;
+}
+
+/** How long the card must have watched a health before it says `for over`. */
+export const WATCHED_MS = 60_000;
+
+/**
+ * How long an instance's health has held, at `now` (ms), as far as is known,
+ * with what that rests on: `since` in the entry (`for 4 min`); else the turn
+ * the card saw (`for 35 s`, to within one refresh); else, once the card has
+ * watched it a minute, `for over 2 min`; else when Overseer last checked it
+ * (`checked 3 s ago`). `null` when nothing is known.
+ */
+export function held(instance, seen, now) {
+  const since = Date.parse(instance?.since ?? "");
+  if (Number.isFinite(since)) {
+    return { text: `for ${duration(now - since)}`, why: "since Overseer's verdict history says it turned" };
+  }
+  if (seen?.changed) {
+    return { text: `for ${duration(now - seen.since)}`, why: "since this page saw it turn" };
+  }
+  if (seen && now - seen.since >= WATCHED_MS) {
+    return { text: `for over ${duration(now - seen.since)}`, why: "as long as this page has shown it" };
+  }
+  const checked = Date.parse(instance?.checked_at ?? "");
+  if (Number.isFinite(checked)) {
+    return { text: `checked ${duration(now - checked)} ago`, why: "when Overseer last checked it" };
+  }
+  return null;
+}
+
+/**
+ * What the card shows of Airflow's health body: the `executor` entry's
+ * status, its own reason (of Overseer itself) and one line per instance
+ * (how long each has held is `held`'s, from what `track` remembers).
+ * A body without the entry means the plugin's middleware did not run.
+ */
+export function view(body) {
+  const entry = body?.executor;
+  if (!entry || typeof entry !== "object") {
+    return {
+      status: "unknown",
+      reason:
+        "Airflow's health endpoint has no executor entry: is Overseer's plugin installed on every api-server?",
+      instances: [],
+    };
+  }
+  const instances = (Array.isArray(entry.instances) ? entry.instances : []).map((i) => ({
+    key: `${i.hostname ?? ""}\u0000${i.executor ?? ""}\u0000${redact(i.instance ?? "")}`,
+    executor: i.executor ?? "",
+    instance: redact(i.instance ?? ""),
+    hostname: i.hostname ?? "",
+    health: ["healthy", "unhealthy"].includes(i.health) ? i.health : "unknown",
+    reason: redact(i.reason ?? ""),
+    since: i.since ?? null,
+    checked_at: i.checked_at ?? null,
+  }));
+  return {
+    status: ["healthy", "unhealthy"].includes(entry.status) ? entry.status : "unknown",
+    reason: redact(entry.reason ?? ""),
+    instances,
+  };
+}

@@ -1,0 +1,127 @@
+// `npm test`: the card's rules under Node's own test runner.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { colour, COLOURS, duration, healthUrl, held, redact, track, view } from "./rules.js";
+
+test("the health route under the UI's base, with or without a base_url prefix", () => {
+  assert.equal(healthUrl("http://airflow:8080/"), "http://airflow:8080/api/v2/monitor/health");
+  assert.equal(
+    healthUrl("https://example.com/airflow/"),
+    "https://example.com/airflow/api/v2/monitor/health",
+  );
+});
+
+test("green healthy, red unhealthy, grey anything else", () => {
+  assert.equal(colour("healthy"), COLOURS.healthy);
+  assert.equal(colour("unhealthy"), COLOURS.unhealthy);
+  for (const other of ["unknown", undefined, null, "degraded"]) {
+    assert.equal(colour(other), COLOURS.unknown);
+  }
+});
+
+test("durations in words", () => {
+  const table = [
+    [0, "0 s"],
+    [-5000, "0 s"],
+    [59_999, "59 s"],
+    [60_000, "1 min"],
+    [3_599_000, "59 min"],
+    [3_600_000, "1 h"],
+    [3_900_000, "1 h 5 min"],
+    [86_400_000, "1 d"],
+    [90_000_000, "1 d 1 h"],
+  ];
+  for (const [ms, text] of table) assert.equal(duration(ms), text, `${ms} ms`);
+});
+
+test("how long it held: since, else a turn seen, else watched a minute, else checked_at", () => {
+  const now = Date.parse("2026-11-29T20:00:00+00:00");
+  const instance = { since: null, checked_at: "2026-11-29T19:59:57.5+00:00" };
+  assert.equal(
+    held({ since: "2026-11-29T19:56:00+00:00", checked_at: "2026-11-29T19:59:58+00:00" }, undefined, now).text,
+    "for 4 min",
+  );
+  assert.equal(held(instance, { health: "unhealthy", since: now - 35_000, changed: true }, now).text, "for 35 s");
+  assert.equal(held(instance, { health: "healthy", since: now - 125_000, changed: false }, now).text, "for over 2 min");
+  assert.equal(held(instance, { health: "healthy", since: now - 30_000, changed: false }, now).text, "checked 2 s ago");
+  assert.equal(held(instance, undefined, now).text, "checked 2 s ago");
+  assert.equal(held({ since: null, checked_at: null }, undefined, now), null);
+  assert.equal(held({ checked_at: "not a time" }, undefined, now), null);
+});
+
+test("the card remembers when each health began, and whether it saw the turn", () => {
+  const a = { key: "a", health: "healthy" };
+  const b = { key: "b", health: "unknown" };
+  let memory = track(new Map(), [a, b], 1000);
+  assert.deepEqual(memory.get("a"), { health: "healthy", since: 1000, changed: false });
+  memory = track(memory, [a, b], 6000);
+  assert.deepEqual(memory.get("a"), { health: "healthy", since: 1000, changed: false });
+  memory = track(memory, [{ key: "a", health: "unhealthy" }], 11000);
+  assert.deepEqual(memory.get("a"), { health: "unhealthy", since: 11000, changed: true });
+  assert.equal(memory.has("b"), false, "gone instances are forgotten");
+  memory = track(memory, [b], 16000);
+  assert.deepEqual(memory.get("b"), { health: "unknown", since: 16000, changed: false });
+});
+
+test("passwords in URLs never shown", () => {
+  assert.equal(redact("redis://:secret@broker:6379/0"), "redis://:***@broker:6379/0");
+  assert.equal(redact("amqp://user:p%40ss@mq/vhost is down"), "amqp://user:***@mq/vhost is down");
+  assert.equal(redact("redis://broker:6379/0"), "redis://broker:6379/0");
+  assert.equal(redact("sqs://"), "sqs://");
+  assert.equal(redact("user@host without scheme"), "user@host without scheme");
+  assert.equal(redact("https://host:443/p@x?q=a:b@c"), "https://host:443/p@x?q=a:b@c");
+  assert.equal(redact("redis://u:p@ss@host/0"), "redis://u:***@host/0");
+  assert.equal(redact(null), null);
+});
+
+test("the view of Airflow's body", () => {
+  const now = Date.parse("2026-11-29T20:00:00+00:00");
+  const body = {
+    metadatabase: { status: "healthy" },
+    executor: {
+      status: "unhealthy",
+      detailed_status: "degraded",
+      reason: "Overseer on sched-b stopped heartbeating",
+      instances: [
+        {
+          executor: "CeleryExecutor",
+          instance: "redis://:pw@broker:6379/0",
+          hostname: "sched-a",
+          health: "unhealthy",
+          reason: "broker unreachable: redis://:pw@broker:6379/0 refused",
+          checked_at: "2026-11-29T19:59:50+00:00",
+          since: null,
+        },
+        { executor: "x", instance: "sqs://", hostname: "sched-a", health: "unknown", reason: "not checked yet" },
+      ],
+    },
+  };
+  const shown = view(body);
+  assert.equal(shown.status, "unhealthy");
+  assert.equal(shown.reason, "Overseer on sched-b stopped heartbeating");
+  assert.equal(shown.instances.length, 2);
+  assert.deepEqual(
+    { ...shown.instances[0], key: undefined },
+    {
+      key: undefined,
+      executor: "CeleryExecutor",
+      instance: "redis://:***@broker:6379/0",
+      hostname: "sched-a",
+      health: "unhealthy",
+      reason: "broker unreachable: redis://:***@broker:6379/0 refused",
+      since: null,
+      checked_at: "2026-11-29T19:59:50+00:00",
+    },
+  );
+  assert.equal(shown.instances[1].health, "unknown");
+  assert.equal(held(shown.instances[0], undefined, now).text, "checked 10 s ago");
+  assert.equal(JSON.stringify(shown).includes("pw@"), false);
+});
+
+test("no executor entry: unknown, saying why", () => {
+  const shown = view({ metadatabase: { status: "healthy" } });
+  assert.equal(shown.status, "unknown");
+  assert.match(shown.reason, /no executor entry/);
+  assert.deepEqual(shown.instances, []);
+});

@@ -1,0 +1,324 @@
+//! The plugin's card on Airflow's home page (issue 23, item 3), in Chromium:
+//! a real Airflow 3.3.2 api-server with the plugin pip-installed (its build
+//! runs npm for the card's bundle), `overseer serve` on the same Postgres
+//! database, and the broker of one executor killed and started again.
+//!
+//! One test, `the_home_page_card_follows_the_broker`:
+//! 1. Airflow runs under an `[api] base_url` prefix (`/airflow/`): the UI's
+//!    `<base href>` carries it, and so must the card's reads and its bundle's URL.
+//!    `/api/v2/plugins` lists the card (`destination: "dashboard"`) and the app
+//!    serving its bundle, beside the root middleware and the navigation entry.
+//! 2. Overseer (`sched-a`) supervises three Celery executors: `CeleryExecutor`
+//!    on a throwaway Redis with a password (the broker the test kills),
+//!    `reporting:CeleryExecutor` on a second throwaway Redis (stays healthy) and
+//!    `unchecked:CeleryExecutor` on `sqs://` (no check, and the queued-work
+//!    rules off with `max_queued_age = "0s"`, which would otherwise judge it on
+//!    Airflow's database: `unknown`).
+//! 3. Chromium opens Airflow's home page (SimpleAuthManager, every user an
+//!    admin: the UI logs in by itself) and waits for the card: the three rows
+//!    green, green, grey; the card read Airflow's health endpoint under the
+//!    prefix, on the page's own origin.
+//! 4. The broker killed: the card's row turns red, naming the broker (its URL
+//!    as Overseer keeps it, without the password) and a reason, and says how
+//!    long since it turned (`for N s`); the password is nowhere in the page. The screenshot of the home page is taken then:
+//!    `docs/airflow-home-card.png` (the README shows it), and a copy in
+//!    `target/artifacts/`.
+//! 5. The broker started again on the same port: the row turns green again.
+//!
+//! Waits are loops with generous deadlines (the card reads every 5 s; Overseer
+//! polls every second); nothing about speed is asserted. Needs the Airflow venv,
+//! PyPI and the npm registry (the plugin's build), Postgres on loopback,
+//! `redis-server`, Chromium and chromedriver; without them it says SKIPPED, and
+//! fails under `CI`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::airflow::{Airflow, MIGRATE_DEADLINE};
+use support::browser::Driver;
+use support::{Serving, get, overseer, run, workdir};
+
+/// The `[api] base_url` path Airflow runs under.
+const PREFIX: &str = "/airflow";
+/// The broker's password: never to be seen in the page.
+const PASSWORD: &str = "card-test-secret";
+/// How long the card may take to show a change: Overseer's poll and flush, the
+/// card's 5 s refresh, Chromium and Airflow on a busy 2-core machine.
+const CARD_DEADLINE: Duration = Duration::from_secs(120);
+/// Where the screenshot is kept, for the README.
+const SCREENSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/airflow-home-card.png");
+
+/// The card's rows, as the test reads them: `executor -> [health, text]`.
+const ROWS: &str = "\
+const card = document.querySelector('[data-testid=\"overseer-executor-health\"]');
+if (!card) return null;
+const rows = {};
+for (const row of card.querySelectorAll('[data-testid=\"overseer-executor-instance\"]')) {
+  rows[row.dataset.executor] = [row.dataset.health, row.innerText];
+}
+return {status: card.dataset.status, rows, text: card.innerText};";
+
+/// How long the killed broker's executor has held its health, as its row says.
+const HELD: &str = "return document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-held\"]')?.innerText ?? '';";
+
+#[tokio::test]
+async fn the_home_page_card_follows_the_broker() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let Some(venv) = support::airflow::venv() else {
+        return;
+    };
+    if let Err(e) = Command::new("redis-server").arg("--version").output() {
+        overseer_testkit::unavailable::<()>("redis-server", e);
+        return;
+    }
+    let Some(db) = overseer_testkit::postgres().await else {
+        return;
+    };
+    let mut airflow = Airflow::new(venv, &db.url);
+    let base = airflow.url(&format!("{PREFIX}/"));
+    airflow
+        .env
+        .push(("AIRFLOW__API__BASE_URL".to_owned(), base.clone()));
+    // The navigation entry stays beside the card (nothing listens there).
+    airflow.env.push((
+        "AIRFLOW__OVERSEER__URL".to_owned(),
+        "http://127.0.0.1:9/".to_owned(),
+    ));
+    if !airflow.install_plugin() {
+        return;
+    }
+    airflow.finish(&["db", "migrate"], MIGRATE_DEADLINE);
+
+    // 2. Overseer, its brokers, on Airflow's database.
+    let mut broker =
+        overseer_testkit::throwaway::ThrowawayRedis::start(&["--requirepass", PASSWORD])
+            .expect("redis-server");
+    let other = overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+    let dir = workdir();
+    write_config(
+        dir.path(),
+        &db.url,
+        &[
+            ("CeleryExecutor", &broker.url(Some(PASSWORD), 0)),
+            ("reporting:CeleryExecutor", &other.url(None, 0)),
+            ("unchecked:CeleryExecutor", "sqs://"),
+        ],
+    );
+    let migrated = run(overseer(dir.path()).arg("migrate"));
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    let serving = Serving::start(&mut overseer(dir.path()));
+
+    // 1. The api-server under the prefix, and what it lists of the plugin.
+    airflow.start_api_server();
+    let plugins = airflow.json_once_up(&format!("{PREFIX}/api/v2/plugins"));
+    let plugin = plugins["plugins"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "overseer"))
+        .unwrap_or_else(|| panic!("the overseer plugin in {plugins}"))
+        .clone();
+    let react_apps = plugin["react_apps"].as_array().cloned().unwrap_or_default();
+    assert_eq!(react_apps.len(), 1, "{plugin}");
+    let card = &react_apps[0];
+    assert_eq!(card["destination"], "dashboard", "{plugin}");
+    assert_eq!(
+        plugin["fastapi_apps"],
+        json!([{"name": "overseer_card_bundle", "app": "starlette.applications.Starlette", "url_prefix": "/overseer-card"}]),
+        "{plugin}"
+    );
+    assert_eq!(
+        plugin["fastapi_root_middlewares"][0]["name"], "overseer_executor_health",
+        "{plugin}"
+    );
+    assert_eq!(
+        plugin["external_views"][0]["url_route"], "overseer",
+        "{plugin}"
+    );
+    // The bundle, where the UI resolves it: against the page's base.
+    let bundle_url = format!("{base}{}", card["bundle_url"].as_str().unwrap());
+    let (status, bundle) = get(&bundle_url);
+    assert_eq!(status, 200, "GET {bundle_url}");
+    assert!(bundle.contains("AirflowPlugin"), "{bundle_url}");
+
+    // Airflow's entry agrees the executors are checked before the browser looks.
+    let health_url = format!("{base}api/v2/monitor/health");
+    wait_for_entry(&health_url, "healthy before the browser opens", |e| {
+        health_of(e, "CeleryExecutor") == Some("healthy")
+            && health_of(e, "reporting:CeleryExecutor") == Some("healthy")
+            && health_of(e, "unchecked:CeleryExecutor") == Some("unknown")
+    });
+
+    // 3. The home page, and the card on it.
+    // Room for the card and Airflow's own sections down to Health, for the screenshot.
+    driver.resize(1280, 720);
+    driver.open(&base);
+    let shown = card_until(&driver, "the card: green, green, grey", |c| {
+        row_health(c, "CeleryExecutor") == Some("healthy")
+            && row_health(c, "reporting:CeleryExecutor") == Some("healthy")
+            && row_health(c, "unchecked:CeleryExecutor") == Some("unknown")
+    });
+    assert_eq!(shown["status"], "healthy", "{shown}");
+    let colours = driver.eval(
+        "return [...document.querySelectorAll('[data-testid=\"overseer-executor-instance\"]')]
+           .map(r => [r.dataset.executor, getComputedStyle(r.firstElementChild).backgroundColor]);",
+    );
+    let colour_of = |executor: &str| {
+        colours
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c[0] == executor))
+            .map(|c| c[1].clone())
+            .unwrap_or_else(|| panic!("{executor} in {colours}"))
+    };
+    assert_eq!(colour_of("CeleryExecutor"), "rgb(22, 163, 74)", "green");
+    assert_eq!(
+        colour_of("unchecked:CeleryExecutor"),
+        "rgb(156, 163, 175)",
+        "grey"
+    );
+    // Same origin, under the prefix: the bundle and the reads of the endpoint.
+    let fetched = driver
+        .eval("return performance.getEntriesByType('resource').map(e => e.name.split('?')[0]);");
+    for url in [health_url.as_str(), bundle_url.split('?').next().unwrap()] {
+        assert!(
+            fetched
+                .as_array()
+                .is_some_and(|f| f.iter().any(|u| u == url)),
+            "the page fetched {url}: {fetched}"
+        );
+    }
+
+    // 4. The broker killed.
+    broker.kill();
+    let killed = Instant::now();
+    let shown = card_until(&driver, "the card: the broker's row red", |c| {
+        row_health(c, "CeleryExecutor") == Some("unhealthy")
+    });
+    eprintln!(
+        "airflow home card: red {:.1?} after the broker's death (Overseer polls every 1 s, the card reads every 5 s)",
+        killed.elapsed()
+    );
+    assert_eq!(shown["status"], "unhealthy", "{shown}");
+    assert_eq!(
+        row_health(&shown, "reporting:CeleryExecutor"),
+        Some("healthy")
+    );
+    let row = shown["rows"]["CeleryExecutor"][1]
+        .as_str()
+        .unwrap_or_default();
+    // Overseer keeps the broker's URL without its password (`executor_instance`).
+    let named = format!("redis://127.0.0.1:{}/0", broker.port);
+    assert!(row.contains(&named), "the broker named as {named}: {row}");
+    let reason = driver.eval(
+        "return document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-instance-reason\"]')?.innerText ?? '';",
+    );
+    assert!(
+        !reason.as_str().unwrap_or_default().trim().is_empty(),
+        "a reason: {row}"
+    );
+    // How long it has held: the card saw it turn.
+    let age = driver.eval(HELD);
+    assert!(
+        age.as_str().unwrap_or_default().contains("· for "),
+        "held since the turn the card saw: {age}"
+    );
+    let page = driver.eval("return document.documentElement.outerHTML;");
+    assert!(
+        !page.as_str().unwrap_or_default().contains(PASSWORD),
+        "the broker's password is in the page"
+    );
+    // A read later, the age has grown from `for 0 s`: then the screenshot.
+    let until = Instant::now() + CARD_DEADLINE;
+    while driver
+        .eval(HELD)
+        .as_str()
+        .is_some_and(|t| t.ends_with("for 0 s"))
+    {
+        assert!(Instant::now() < until, "the card's age never grew");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    driver.eval("window.scrollTo(0, 0);");
+    let png = driver.png();
+    std::fs::write(SCREENSHOT, &png).expect("docs/airflow-home-card.png written");
+    driver.screenshot("airflow-home-card.png");
+
+    // 5. The broker back, on the same port.
+    broker.resume().expect("the broker starts again");
+    let shown = card_until(&driver, "the card: green again", |c| {
+        row_health(c, "CeleryExecutor") == Some("healthy")
+    });
+    assert_eq!(shown["status"], "healthy", "{shown}");
+
+    let strays = airflow.stop();
+    assert!(strays.is_empty(), "processes left behind: {strays:?}");
+    drop((serving, broker, other, airflow, db));
+}
+
+/// An `overseer.toml` in `dir`: host `sched-a`, quick polls, `executors` as
+/// `(name, broker_url)`; the one on `sqs://` stays unjudged (`max_queued_age`
+/// of 0 s turns off the queued-work rules, Overseer's only evidence on it).
+fn write_config(dir: &Path, db_url: &str, executors: &[(&str, &str)]) {
+    let mut toml = format!(
+        "[database]\nurl = \"{db_url}\"\n\n[api]\nbind = \"127.0.0.1:0\"\n\n\
+         [supervisor]\nhostname = \"sched-a\"\npoll_interval = \"1s\"\npoll_timeout = \"500ms\"\n\
+         heartbeat_interval = \"500ms\"\nrefresh_interval = \"250ms\"\n"
+    );
+    for (name, broker_url) in executors {
+        toml.push_str(&format!(
+            "\n[[executors]]\nname = \"{name}\"\nbroker_url = \"{broker_url}\"\n"
+        ));
+        if broker_url.starts_with("sqs://") {
+            toml.push_str("max_queued_age = \"0s\"\n");
+        }
+    }
+    std::fs::write(dir.join("overseer.toml"), toml).unwrap();
+}
+
+/// The `health` of `executor`'s instance in Airflow's entry.
+fn health_of<'e>(entry: &'e Value, executor: &str) -> Option<&'e str> {
+    entry["instances"]
+        .as_array()?
+        .iter()
+        .find(|i| i["executor"] == executor)?["health"]
+        .as_str()
+}
+
+/// Reads Airflow's entry at `url` until `done` holds.
+fn wait_for_entry(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + CARD_DEADLINE;
+    loop {
+        let (status, body) = get(url);
+        assert_eq!(status, 200, "GET {url}: {body}");
+        let json: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        if done(&json["executor"]) {
+            return json["executor"].clone();
+        }
+        assert!(Instant::now() < until, "{what}: last {body}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The `health` of `executor`'s row in what [`ROWS`] read.
+fn row_health<'c>(card: &'c Value, executor: &str) -> Option<&'c str> {
+    card["rows"][executor][0].as_str()
+}
+
+/// Reads the card (see [`ROWS`]) until `done` holds; returns what was read.
+fn card_until(driver: &Driver, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + CARD_DEADLINE;
+    loop {
+        let card = driver.eval(ROWS);
+        if !card.is_null() && done(&card) {
+            return card;
+        }
+        if Instant::now() > until {
+            let page = driver.eval("return [location.href, document.body.innerText];");
+            panic!("{what}: not within {CARD_DEADLINE:?}; the card: {card}; the page: {page}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
