@@ -34,7 +34,7 @@ use sea_orm::Database;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, UnwrittenTransitions};
+use crate::actors::aggregator::{AggregatorSettings, UnwrittenTransitions};
 use crate::actors::{
     Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
 };
@@ -45,6 +45,7 @@ use crate::error::{Error, Result};
 use crate::history::HistorySettings;
 use crate::queued::{self, AirflowNames, QueuedBoard};
 use crate::report::{HealthReport, Thresholds};
+use crate::stats::AggregatorStats;
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
 use thread::{ActorsThread, Started};
