@@ -274,7 +274,11 @@ async fn start_actors(
     let db = Database::connect(crate::connect::options(&url)).await?;
     let read_timeout = crate::connect::full_read_timeout(settings.refresh_interval);
     let write_timeout = crate::connect::MAX_TIMEOUT;
-    bounded("check the schema", read_timeout, storage::check_schema(&db)).await?;
+    bounded("check the schema", read_timeout, async {
+        storage::check_schema(&db).await?;
+        crate::history::check_schema(&db).await
+    })
+    .await?;
 
     let keys: Vec<ExecutorKey> = executors
         .iter()

@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use crate::connect;
-use crate::storage::{self, HistoryWrite, VerdictRow};
+use crate::history::{self, HistoryWrite};
+use crate::storage::{self, VerdictRow};
 
 use super::{Aggregator, in_task};
 
@@ -66,7 +67,7 @@ impl Aggregator {
         let started = Instant::now();
         let tasks = self.tasks.clone();
         let write = in_task(&tasks, "write", timeout, async move {
-            storage::flush_with_history(&db, &session, now, &verdicts, &history).await
+            history::flush_with_history(&db, &session, now, &verdicts, &history).await
         });
         ctx.spawn(write.into_actor(self).map(move |result, act, ctx| {
             let back = act.on_flush_done(pending, written, result, started.elapsed());
@@ -173,7 +174,7 @@ impl Aggregator {
             let verdicts: Vec<VerdictRow> = pending.into_iter().map(|(_, _, v)| v).collect();
             let (flush_db, flush_session) = (db.clone(), session.clone());
             in_task(&tasks, "write", timeout, async move {
-                storage::flush_with_history(
+                history::flush_with_history(
                     &flush_db,
                     &flush_session,
                     Utc::now(),
