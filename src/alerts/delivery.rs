@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat, Utc};
 use overseer_core::duration::age;
 use overseer_core::secret::Scrubber;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::tracker::{Alert, AlertStatus};
-use super::webhook::WebhookUrl;
+use crate::config::{AlertFormat, WebhookUrl};
 
 /// How long one POST may take: connecting, sending, and the status line.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,18 +39,6 @@ pub const QUEUE_CAPACITY: usize = 64;
 
 /// Sent as `User-Agent`, so a receiver's logs can tell Overseer's alerts apart.
 const USER_AGENT: &str = concat!("overseer/", env!("CARGO_PKG_VERSION"), " (alerts)");
-
-/// How an alert's body is written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AlertFormat {
-    /// Overseer's own JSON object (the README's "Alerts").
-    #[default]
-    Json,
-    /// `{"text": "..."}`, as Slack's (and Mattermost's, Rocket.Chat's)
-    /// incoming webhooks take it.
-    Slack,
-}
 
 /// One target's counters, read by `/metrics`.
 #[derive(Debug, Default)]
