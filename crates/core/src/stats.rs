@@ -157,8 +157,6 @@ pub struct AggregatorStats {
     pub refresh_failures: AtomicU64,
     /// Reads that succeeded.
     pub reads: AtomicU64,
-    /// Of those, reads of every live row (at start, then every [`FULL_READ_EVERY`](crate::actors::aggregator::FULL_READ_EVERY)).
-    pub full_reads: AtomicU64,
     /// Rows (besides the most recent job of each type) the last read returned.
     pub last_read_rows: AtomicU64,
     /// Reports whose JSON was rendered (and published): only those that changed.
@@ -179,10 +177,8 @@ pub struct AggregatorStats {
     pub transitions_pending: AtomicU64,
     /// Prunes of the history that committed.
     pub history_prunes: AtomicU64,
-    /// Reads of the history's latest transitions that succeeded (one after
-    /// each full read).
-    pub history_reads: AtomicU64,
-    /// Of those reads, the ones that failed or timed out (the report keeps
+    /// Reads of the history's latest transitions (one after each full read)
+    /// that failed or timed out (the report keeps
     /// what it had; this session's transitions wait for the next).
     pub history_read_failures: AtomicU64,
 }

@@ -183,7 +183,6 @@ impl Aggregator {
     fn on_history_read_done(&mut self, result: crate::Result<Vec<Transition>>) -> bool {
         match result {
             Ok(latest) => {
-                self.stats.history_reads.fetch_add(1, Ordering::Relaxed);
                 if self.history_read.succeeded() {
                     tracing::info!("the history's latest transitions are read again");
                 }
@@ -213,7 +212,6 @@ impl Aggregator {
                     .last_read_rows
                     .store(read.rows.len() as u64, Ordering::Relaxed);
                 if read.full {
-                    stats.full_reads.fetch_add(1, Ordering::Relaxed);
                     self.others.clear();
                     self.last_full_read = Some(Instant::now());
                 }
