@@ -20,6 +20,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use overseer_core::backoff::Backoff;
 use overseer_core::duration::age;
 use overseer_core::secret::Scrubber;
 use serde::Serialize;
@@ -171,7 +172,7 @@ pub fn run(target: &Target, queue: &Receiver<Alert>, stop: &Receiver<()>) {
 /// logged once). `false` when `stop` closed while it waited to retry.
 fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
     let first = Instant::now();
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     let mut attempts = 0u32;
     let stats = &target.stats;
     let what = || {
@@ -200,7 +201,8 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
             Err(why) => why,
         };
         stats.failures.fetch_add(1, Ordering::Relaxed);
-        if first.elapsed() + backoff > target.retry_for {
+        let wait = backoff.next_delay();
+        if first.elapsed() + wait > target.retry_for {
             stats.drop_one();
             tracing::warn!(
                 alert_target = target.label(),
@@ -229,11 +231,10 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
                 target.label()
             );
         }
-        match stop.recv_timeout(backoff) {
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return false,
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

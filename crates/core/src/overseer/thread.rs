@@ -33,6 +33,7 @@ use crate::actors::aggregator::Finish;
 use crate::actors::supervisor::StopPolling;
 use crate::actors::{Aggregator, HealthSupervisor, NewVerdict, RestartPolicy};
 use crate::actors::{CoreActor, crash};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::report::HealthReport;
 use crate::stats::AggregatorStats;
@@ -87,14 +88,14 @@ struct Running<A: Actor> {
 #[derive(Debug)]
 struct Restarts {
     recent: VecDeque<Instant>,
-    next_backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Restarts {
     fn new() -> Self {
         Self {
             recent: VecDeque::new(),
-            next_backoff: CORE_RESTART_POLICY.backoff,
+            backoff: Backoff::new(CORE_RESTART_POLICY.backoff, CORE_RESTART_POLICY.max_backoff),
         }
     }
 
@@ -108,7 +109,7 @@ impl Restarts {
             .is_some_and(|last| now.duration_since(*last) > policy.window)
         {
             // It ran a whole window without ending: a fresh start.
-            self.next_backoff = policy.backoff;
+            self.backoff.reset();
         }
         self.recent.push_back(now);
         while self
@@ -121,9 +122,7 @@ impl Restarts {
         if self.recent.len() <= policy.max_restarts {
             return Duration::ZERO;
         }
-        let backoff = self.next_backoff;
-        self.next_backoff = (backoff * 2).min(policy.max_backoff);
-        backoff
+        self.backoff.next_delay()
     }
 }
 
