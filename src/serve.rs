@@ -80,7 +80,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .with_history(history)
         .with_frame_ancestors(frame_ancestors)
         .with_extra_metrics(alerts.stats());
-    let tls = tls_config(&config.api)?;
+    let tls = crate::config::tls::server_config(&config.api)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let server = overseer_api::server(state, listener, limits.max_connections, tls)
         .context("while starting the HTTP server")?;
@@ -220,31 +220,4 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
             std::future::pending::<()>().await;
         }
     }
-}
-
-/// The API's TLS configuration from `[api] tls_cert` and `tls_key` (PEM files: the
-/// certificate chain, then its private key), or `None` when neither is set.
-/// Loading the configuration checks the same (see `config::validate`), so a bad
-/// file stops start-up there, with the key that names it.
-pub fn tls_config(api: &crate::config::ApiConfig) -> anyhow::Result<Option<rustls::ServerConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let (Some(cert), Some(key)) = (&api.tls_cert, &api.tls_key) else {
-        return Ok(None);
-    };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| anyhow::anyhow!("api.tls_cert {}: {e}", cert.display()))?;
-    if chain.is_empty() {
-        anyhow::bail!("api.tls_cert {}: holds no PEM certificate", cert.display());
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| anyhow::anyhow!("api.tls_key {}: {e}", key.display()))?;
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| {
-            anyhow::anyhow!("api.tls_cert and api.tls_key do not make a TLS server: {e}")
-        })?;
-    Ok(Some(config))
 }

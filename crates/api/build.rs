@@ -54,10 +54,10 @@ fn watched() -> Vec<PathBuf> {
         .map(|c| resolve(&git_dir, &c))
         .unwrap_or_else(|| git_dir.clone());
     let mut paths = vec![git_dir.join("HEAD"), common.join("packed-refs")];
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(folder) = common.join(branch).parent() {
-            paths.push(folder.to_path_buf());
-        }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
+        && let Some(folder) = common.join(branch).parent()
+    {
+        paths.push(folder.to_path_buf());
     }
     paths.retain(|p| p.exists());
     paths

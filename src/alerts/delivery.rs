@@ -20,12 +20,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use overseer_core::backoff::Backoff;
 use overseer_core::duration::age;
 use overseer_core::secret::Scrubber;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::tracker::{Alert, AlertStatus};
-use super::webhook::WebhookUrl;
+use crate::config::{AlertFormat, WebhookUrl};
 
 /// How long one POST may take: connecting, sending, and the status line.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,18 +40,6 @@ pub const QUEUE_CAPACITY: usize = 64;
 
 /// Sent as `User-Agent`, so a receiver's logs can tell Overseer's alerts apart.
 const USER_AGENT: &str = concat!("overseer/", env!("CARGO_PKG_VERSION"), " (alerts)");
-
-/// How an alert's body is written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AlertFormat {
-    /// Overseer's own JSON object (the README's "Alerts").
-    #[default]
-    Json,
-    /// `{"text": "..."}`, as Slack's (and Mattermost's, Rocket.Chat's)
-    /// incoming webhooks take it.
-    Slack,
-}
 
 /// One target's counters, read by `/metrics`.
 #[derive(Debug, Default)]
@@ -183,7 +172,7 @@ pub fn run(target: &Target, queue: &Receiver<Alert>, stop: &Receiver<()>) {
 /// logged once). `false` when `stop` closed while it waited to retry.
 fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
     let first = Instant::now();
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     let mut attempts = 0u32;
     let stats = &target.stats;
     let what = || {
@@ -212,7 +201,8 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
             Err(why) => why,
         };
         stats.failures.fetch_add(1, Ordering::Relaxed);
-        if first.elapsed() + backoff > target.retry_for {
+        let wait = backoff.next_delay();
+        if first.elapsed() + wait > target.retry_for {
             stats.drop_one();
             tracing::warn!(
                 alert_target = target.label(),
@@ -241,11 +231,10 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
                 target.label()
             );
         }
-        match stop.recv_timeout(backoff) {
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return false,
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

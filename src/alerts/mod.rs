@@ -26,14 +26,12 @@
 //!   as before.
 //!
 //! # Layout
-//! - `webhook`: [`WebhookUrl`], the URL shown as its origin and `/***`.
 //! - `tracker`: [`Tracker`], states and transitions, pure and table-tested.
 //! - `delivery`: the threads that post, their retries, the bodies.
 //! - this module: [`Notifier`], wiring the three, and [`AlertStats`] for `/metrics`.
 
 mod delivery;
 mod tracker;
-mod webhook;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -47,13 +45,12 @@ use overseer_core::history::HistoryReader;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use delivery::{
-    ATTEMPT_TIMEOUT, AlertFormat, FIRST_BACKOFF, MAX_BACKOFF, QUEUE_CAPACITY, body, slack_text,
-};
+pub use delivery::{ATTEMPT_TIMEOUT, FIRST_BACKOFF, MAX_BACKOFF, QUEUE_CAPACITY, body, slack_text};
 pub use tracker::{Alert, AlertStatus, InstanceKey, LeftBehind, Observed, Rules, Tracker};
-pub use webhook::WebhookUrl;
 
 use crate::config::AlertConfig;
+/// The alerts' settings, read with the configuration ([`crate::config`]).
+pub use crate::config::{AlertFormat, WebhookUrl};
 use delivery::{Target, TargetStats};
 
 /// How long stopping waits for the delivery threads to end (one may be in the

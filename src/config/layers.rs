@@ -25,7 +25,6 @@ const ENV_NOT_KEYS: [&str; 3] = ["CONFIG", "LOG", "LOG_FORMAT"];
 #[derive(Deserialize)]
 struct ExecutorsOnly {
     #[serde(default)]
-    #[allow(dead_code)]
     executors: Vec<ExecutorConfig>,
 }
 
@@ -59,7 +58,10 @@ pub(super) fn stack(overrides: &Overrides) -> Result<Figment, ConfigError> {
 
     // Airflow's executor list keeps, for each name, what the earlier layers set:
     // checked as typed values, carried on as the text they were read from.
-    figment.extract::<ExecutorsOnly>().map_err(from_figment)?;
+    let _typed: Vec<ExecutorConfig> = figment
+        .extract::<ExecutorsOnly>()
+        .map_err(from_figment)?
+        .executors;
     let earlier: Vec<figment::value::Dict> = match figment.find_value("executors") {
         Ok(figment::value::Value::Array(_, entries)) => {
             entries.into_iter().filter_map(|e| e.into_dict()).collect()

@@ -16,12 +16,18 @@
 //! - [`executor`]: executor names as Airflow writes them.
 //! - [`duration`]: durations as configuration writes them (`10s`, `1m 30s`).
 //! - [`bounds`]: the floor and ceiling of every duration.
+//! - [`tls`]: `[api] tls_cert` and `tls_key` read into the server's TLS settings,
+//!   with a [`tls::TlsError`] that names its key.
+//! - `alert`: the settings of an alert target: [`WebhookUrl`], the URL shown as
+//!   its origin and `/***`, and [`AlertFormat`].
 
 pub mod airflow;
 pub mod bounds;
 pub mod duration;
 pub mod executor;
+pub mod tls;
 
+mod alert;
 mod errors;
 mod layers;
 mod validate;
@@ -32,8 +38,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::alerts::{AlertFormat, WebhookUrl};
 use crate::secret::{Scrubber, SecretUrl};
+pub use alert::{AlertFormat, WebhookUrl};
 use executor::ExecutorName;
 use overseer_core::Thresholds;
 

@@ -190,43 +190,9 @@ fn api(api: &ApiConfig) -> Result<(), Problem> {
     }
     overseer_api::dashboard::FrameAncestors::new(&api.frame_ancestors)
         .map_err(|problem| ("api.frame_ancestors", problem))?;
-    match (&api.tls_cert, &api.tls_key) {
-        (Some(_), None) => {
-            return Err((
-                "api.tls_cert",
-                "is set without api.tls_key (the certificate's private key)".into(),
-            ));
-        }
-        (None, Some(_)) => {
-            return Err((
-                "api.tls_key",
-                "is set without api.tls_cert (the certificate it belongs to)".into(),
-            ));
-        }
-        _ => {}
-    }
-    for (key, path) in [
-        ("api.tls_cert", &api.tls_cert),
-        ("api.tls_key", &api.tls_key),
-    ] {
-        if let Some(path) = path
-            && let Err(e) = std::fs::metadata(path)
-        {
-            return Err((key, format!("cannot read {}: {e}", path.display())));
-        }
-    }
-    crate::serve::tls_config(api).map_err(|e| {
-        let text = format!("{e:#}");
-        let key = if text.starts_with("api.tls_key") {
-            "api.tls_key"
-        } else {
-            "api.tls_cert"
-        };
-        (
-            key,
-            text.split_once(": ")
-                .map_or(text.clone(), |(_, rest)| rest.to_owned()),
-        )
+    super::tls::server_config(api).map_err(|e| {
+        // The file is in the key's value already: the problem alone.
+        (e.key, e.problem)
     })?;
     Ok(())
 }

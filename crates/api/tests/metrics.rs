@@ -227,7 +227,7 @@ async fn transitions_dropped_unwritten_are_counted() {
     use std::sync::atomic::Ordering;
 
     use overseer_api::metrics::Metrics;
-    use overseer_core::actors::aggregator::AggregatorStats;
+    use overseer_core::stats::AggregatorStats;
 
     let stats = Arc::new(AggregatorStats::default());
     stats.transitions_dropped.store(3, Ordering::Relaxed);

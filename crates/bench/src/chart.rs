@@ -313,20 +313,20 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, panel: &Panel) -> Resul
         .lines
         .first()
         .and_then(|l| l.points.iter().find(|(x, y)| *x > 0.0 && *y > 0.0))
+        && fx > 0.0
+        && fy > 0.0
     {
-        if fx > 0.0 && fy > 0.0 {
-            let (ax, ay) = (fx.log10(), fy.log10());
-            let bx = x1.min(ax + (y1 - ay));
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(ax, ay), (bx, ay + (bx - ax))],
-                    6,
-                    4,
-                    GREY.stroke_width(1),
-                ))?
-                .label("linear growth")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], GREY));
-        }
+        let (ax, ay) = (fx.log10(), fy.log10());
+        let bx = x1.min(ax + (y1 - ay));
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(ax, ay), (bx, ay + (bx - ax))],
+                6,
+                4,
+                GREY.stroke_width(1),
+            ))?
+            .label("linear growth")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], GREY));
     }
     for line in &panel.lines {
         let pts: Vec<(f64, f64)> = line

@@ -9,7 +9,7 @@
 //!   and when the new verdict was made.
 //! - **Written with the verdict.** The queue is written by the aggregator's
 //!   flush, one multi-row `INSERT` in the same transaction as the verdict it
-//!   records ([`crate::storage`]). A flush that fails keeps the queue, so a
+//!   records ([`flush_with_history`], over [`crate::storage`]'s statements). A flush that fails keeps the queue, so a
 //!   transition made while the database is away is written when it returns.
 //!   The queue holds at most [`MAX_PENDING`] (the oldest go first, counted in
 //!   `AggregatorStats::transitions_dropped`, on `/metrics` as
@@ -31,7 +31,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement,
+    QueryOrder, QuerySelect, Statement, TransactionSession, TransactionTrait,
 };
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
@@ -39,6 +39,7 @@ use utoipa::ToSchema;
 use crate::entity::history::{self, Column, Entity as History};
 use crate::error::{Error, Result};
 use crate::report::{ExecutorHealthKind, airflow_timestamp};
+use crate::storage::{self, Session, VerdictRow, json_statement, timestamp_text, to_micros};
 
 /// The table's name.
 pub const TABLE: &str = "overseer_executor_history";
@@ -177,7 +178,7 @@ pub async fn read(db: &impl ConnectionTrait, filter: &HistoryFilter) -> Result<V
         query = query.filter(Column::Instance.eq(instance.as_str()));
     }
     if let Some(since) = filter.since {
-        query = query.filter(Column::At.gte(crate::storage::to_micros(since)));
+        query = query.filter(Column::At.gte(to_micros(since)));
     }
     query
         .order_by_desc(Column::At)
@@ -264,7 +265,7 @@ pub async fn left_by_earlier_runs(
         placeholder(1),
         placeholder(2)
     );
-    let values: [sea_orm::Value; 2] = [hostname.into(), crate::storage::to_micros(cutoff).into()];
+    let values: [sea_orm::Value; 2] = [hostname.into(), to_micros(cutoff).into()];
     History::find()
         .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
         .all(db)
@@ -287,17 +288,58 @@ pub async fn left_by_earlier_runs(
 /// many it deleted.
 pub async fn prune(db: &impl ConnectionTrait, before: DateTime<Utc>) -> Result<u64> {
     Ok(History::delete_many()
-        .filter(Column::At.lt(crate::storage::to_micros(before)))
+        .filter(Column::At.lt(to_micros(before)))
         .exec(db)
         .await?
         .rows_affected)
 }
 
+/// What a flush writes to the history besides the verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryWrite {
+    /// The transitions the verdicts make, inserted with them.
+    pub transitions: Vec<Transition>,
+    /// Delete the transitions older than this (at most once an hour).
+    pub prune_before: Option<DateTime<Utc>>,
+}
+
+/// [`storage::flush`], with the history in the same transaction: one multi-row
+/// `INSERT` of the transitions when there are some, and one `DELETE` of the
+/// old ones when a prune is due; at most four statements, whatever the
+/// number of executors and transitions. Returns the number of statements run.
+pub async fn flush_with_history<C>(
+    db: &C,
+    session: &Session,
+    now: DateTime<Utc>,
+    verdicts: &[VerdictRow],
+    history: &HistoryWrite,
+) -> Result<usize>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let txn = db.begin().await?;
+    let mut statements = storage::heartbeats_and_verdicts(&txn, session, now, verdicts).await?;
+    if !history.transitions.is_empty() {
+        let backend = txn.get_database_backend();
+        txn.execute_raw(insert_statement(backend, &history.transitions))
+            .await?;
+        statements += 1;
+    }
+    if let Some(before) = history.prune_before {
+        let pruned = prune(&txn, before).await?;
+        if pruned > 0 {
+            tracing::debug!(rows = pruned, "pruned the executor history");
+        }
+        statements += 1;
+    }
+    txn.commit().await?;
+    Ok(statements)
+}
+
 /// One `INSERT` of every transition, read from one JSON parameter as the
-/// verdicts are (see `storage::verdict_update`): no parameter limit bounds how
+/// verdicts are (see `storage`'s `verdict_update`): no parameter limit bounds how
 /// many one statement takes, and its SQL text is the same for any number.
 pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -> Statement {
-    use crate::storage::{json_statement, timestamp_text};
     #[derive(Serialize)]
     struct Row<'a> {
         executor: &'a str,

@@ -20,7 +20,9 @@
 //! - [`history`]: every change of a verdict's state, in a table of Overseer's
 //!   own: written with the verdict, read by the API, pruned.
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
-//! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts).
+//! - [`stats`]: counters the actors keep (polls, skips, timeouts, panics, restarts;
+//!   the aggregator's flushes, reads and transitions).
+//! - [`backoff`]: exponential back-off, the one copy every retry uses.
 //! - [`overseer`]: embedding: [`Overseer::builder`] and the running handle.
 //! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
 //! - [`reason`]: the one sanitiser of every reason: one line, capped, lists counted.
@@ -30,6 +32,7 @@
 //! - [`error`]: this crate's one error type and its `Result` alias.
 
 pub mod actors;
+pub mod backoff;
 pub mod check;
 pub mod connect;
 pub mod detail;

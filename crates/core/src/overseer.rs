@@ -34,7 +34,7 @@ use sea_orm::Database;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use crate::actors::aggregator::{AggregatorSettings, AggregatorStats, UnwrittenTransitions};
+use crate::actors::aggregator::{AggregatorSettings, UnwrittenTransitions};
 use crate::actors::{
     Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
 };
@@ -45,6 +45,7 @@ use crate::error::{Error, Result};
 use crate::history::HistorySettings;
 use crate::queued::{self, AirflowNames, QueuedBoard};
 use crate::report::{HealthReport, Thresholds};
+use crate::stats::AggregatorStats;
 use crate::stats::{ExecutorStats, StatsSnapshot};
 use crate::storage::{self, ExecutorKey, Session};
 use thread::{ActorsThread, Started};
@@ -273,7 +274,11 @@ async fn start_actors(
     let db = Database::connect(crate::connect::options(&url)).await?;
     let read_timeout = crate::connect::full_read_timeout(settings.refresh_interval);
     let write_timeout = crate::connect::MAX_TIMEOUT;
-    bounded("check the schema", read_timeout, storage::check_schema(&db)).await?;
+    bounded("check the schema", read_timeout, async {
+        storage::check_schema(&db).await?;
+        crate::history::check_schema(&db).await
+    })
+    .await?;
 
     let keys: Vec<ExecutorKey> = executors
         .iter()

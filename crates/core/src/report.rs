@@ -9,8 +9,9 @@
 //! processor `null`. Overseer adds `detailed_status` and `instances` per
 //! component, and the `executor` entry.
 //!
-//! One room, longer than most: the report's JSON model and the rules that fill
-//! it belong together (each rule names the field it fills); the tests are in
+//! This module is the report's JSON model; [`rules`] fills it (each rule names
+//! the field it fills): the thresholds, Airflow's liveness test, and
+//! [`HealthReport::build`] / [`HealthReport::assemble`]. The tests are in
 //! `report/tests.rs`.
 //!
 //! The report's types are its JSON: serde writes them (field order, `null`s and
@@ -18,90 +19,17 @@
 //! the same types for the API's OpenAPI document, so the two cannot drift.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
 use crate::detail::Detail;
-use crate::entity::job;
-use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::job::ExecutorHealth;
 
-/// How old a heartbeat may be before its row counts as dead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Thresholds {
-    /// `[scheduler] scheduler_health_check_threshold`, 30 s by default.
-    pub scheduler: Duration,
-    /// `[triggerer] triggerer_health_check_threshold`, 30 s by default.
-    pub triggerer: Duration,
-    /// `[dag_processor] health_check_threshold`, 30 s by default.
-    pub dag_processor: Duration,
-    /// Executor rows, whichever supervisor wrote them: see [`Self::executor_default`].
-    pub executor: Duration,
-}
+mod rules;
 
-impl Thresholds {
-    /// Airflow's grace multiplier for job types without a threshold of their own.
-    pub const GRACE_MULTIPLIER: f64 = 2.1;
-
-    /// Airflow's threshold for its own components, and the floor of the executor one.
-    pub const COMPONENT_DEFAULT: Duration = Duration::from_secs(30);
-
-    /// Airflow's defaults, with the executor threshold for a heartbeat interval.
-    pub fn with_heartbeat_interval(heartbeat_interval: Duration) -> Self {
-        Self {
-            scheduler: Self::COMPONENT_DEFAULT,
-            triggerer: Self::COMPONENT_DEFAULT,
-            dag_processor: Self::COMPONENT_DEFAULT,
-            executor: Self::executor_default(heartbeat_interval),
-        }
-    }
-
-    /// The executor threshold when none is configured: 30 s, as Airflow's other
-    /// components, or `heartbeat_interval * 2.1` (Airflow's grace multiplier) when
-    /// that is longer. The rows of every supervisor on a database are judged by
-    /// one threshold, so it must cover the slowest writer, not only this one:
-    /// 30 s covers every heartbeat up to 14 s.
-    /// Saturates rather than overflows: `Duration::MAX` for a heartbeat too long
-    /// to multiply (configuration never gives one: it bounds the interval).
-    pub fn executor_default(heartbeat_interval: Duration) -> Duration {
-        let graced =
-            Duration::try_from_secs_f64(heartbeat_interval.as_secs_f64() * Self::GRACE_MULTIPLIER)
-                .unwrap_or(Duration::MAX);
-        Self::COMPONENT_DEFAULT.max(graced)
-    }
-
-    /// The threshold for a job type.
-    pub fn of(&self, job_type: JobType) -> Duration {
-        match job_type {
-            JobType::SchedulerJob => self.scheduler,
-            JobType::TriggererJob => self.triggerer,
-            JobType::DagProcessorJob => self.dag_processor,
-            JobType::ExecutorJob => self.executor,
-        }
-    }
-
-    /// The longest threshold: rows older than this are dead whatever their type.
-    pub fn longest(&self) -> Duration {
-        JobType::ALL
-            .into_iter()
-            .map(|t| self.of(t))
-            .max()
-            .unwrap_or_default()
-    }
-}
-
-/// The rows a report is built from: per job type the most recent job, by
-/// Airflow's rule, and every open row that may still be alive.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobRows {
-    /// The most recent job of each type, in [`JobType::ALL`]'s order.
-    pub most_recent: [Option<job::Model>; 4],
-    /// Rows with `state = 'running'`, no `end_date`, and a heartbeat younger than
-    /// the longest threshold, of every type and host.
-    pub live: Vec<job::Model>,
-}
+pub use rules::{JobRows, Thresholds, is_alive, type_index};
 
 /// `healthy` or `unhealthy`, as Airflow writes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -311,7 +239,7 @@ component_entry! {
     "latest_dag_processor_heartbeat"
 }
 
-/// What [`HealthReport::build`] finds for one of Airflow's components, before
+/// What [`HealthReport::assemble_with`] finds for one of Airflow's components, before
 /// it takes its component's type.
 struct ComponentParts {
     status: Option<Status>,
@@ -471,159 +399,12 @@ pub struct HealthReport {
     /// When the report was built.
     #[serde(skip)]
     pub generated_at: DateTime<Utc>,
-    /// The JSON, rendered by [`HealthReport::build`].
+    /// The JSON, rendered by [`HealthReport::render`] (which `build` calls).
     #[serde(skip)]
     json: String,
 }
 
 impl HealthReport {
-    /// Builds the report from rows read at `now` (`metadatabase_ok` false when the
-    /// read failed and `rows` are the last ones read), its JSON rendered.
-    pub fn build(
-        rows: &JobRows,
-        metadatabase_ok: bool,
-        thresholds: &Thresholds,
-        now: DateTime<Utc>,
-    ) -> Self {
-        let live: Vec<&job::Model> = rows.live.iter().collect();
-        let mut report = Self::assemble(
-            rows.most_recent.each_ref().map(Option::as_ref),
-            &live,
-            &|_| None,
-            metadatabase_ok,
-            thresholds,
-            now,
-        );
-        report.render();
-        report
-    }
-
-    /// The report's content from rows given by reference (the aggregator's
-    /// merge of its own rows over the ones it read), with the evidence `detail`
-    /// gives for a row (this host's), without its JSON: compare it with
-    /// [`Self::same_content`] and [`Self::render`] it only when it differs from
-    /// the one published.
-    pub fn assemble(
-        most_recent: [Option<&job::Model>; 4],
-        live: &[&job::Model],
-        detail: &dyn Fn(&job::Model) -> Option<Arc<Detail>>,
-        metadatabase_ok: bool,
-        thresholds: &Thresholds,
-        now: DateTime<Utc>,
-    ) -> Self {
-        Self::assemble_with(
-            most_recent,
-            live,
-            &|row| RowExtras {
-                detail: detail(row),
-                ..RowExtras::default()
-            },
-            metadatabase_ok,
-            thresholds,
-            now,
-        )
-    }
-
-    /// [`Self::assemble`], with all that `extras` knows of a row beyond the
-    /// table: its evidence, and since when its state holds.
-    pub fn assemble_with(
-        most_recent: [Option<&job::Model>; 4],
-        live: &[&job::Model],
-        extras: &dyn Fn(&job::Model) -> RowExtras,
-        metadatabase_ok: bool,
-        thresholds: &Thresholds,
-        now: DateTime<Utc>,
-    ) -> Self {
-        let alive =
-            |row: &job::Model, job_type: JobType| is_alive(row, thresholds.of(job_type), now);
-        let of_type = |job_type: JobType| {
-            live.iter()
-                .copied()
-                .filter(move |r| r.job_type.as_deref() == Some(job_type.as_str()))
-                .filter(move |r| alive(r, job_type))
-        };
-        let component = |job_type: JobType, required: bool| {
-            let latest = most_recent[type_index(job_type)];
-            let status = match latest {
-                Some(row) => Some(Status::from_ok(alive(row, job_type))),
-                None if required => Some(Status::Unhealthy),
-                None => None,
-            };
-            let mut instances: Vec<(Option<String>, Option<DateTime<Utc>>)> = of_type(job_type)
-                .map(|r| (r.hostname.clone(), r.latest_heartbeat))
-                .collect();
-            instances.sort_by(|a, b| a.0.cmp(&b.0));
-            ComponentParts {
-                status,
-                latest_heartbeat: latest.and_then(|r| r.latest_heartbeat),
-                instances,
-            }
-        };
-
-        let latest_executor = most_recent[type_index(JobType::ExecutorJob)];
-        let executor = latest_executor
-            .filter(|r| r.end_date.is_none())
-            .map(|latest| {
-                let mut instances: Vec<ExecutorInstance> = of_type(JobType::ExecutorJob)
-                    .map(|r| {
-                        let extras = extras(r);
-                        let health = r
-                            .executor_health()
-                            .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()));
-                        ExecutorInstance {
-                            executor: r.executor_class.clone(),
-                            instance: r.executor_instance.clone(),
-                            hostname: r.hostname.clone(),
-                            latest_heartbeat: r.latest_heartbeat,
-                            health_kind: ExecutorHealthKind::of(&health),
-                            reason: match &health {
-                                ExecutorHealth::Healthy => r.executor_health_reason.clone(),
-                                other => other.reason().map(str::to_owned),
-                            },
-                            health,
-                            checked_at: r.executor_health_checked_at,
-                            since: extras.since,
-                            previous: extras.previous,
-                            detail: extras.detail,
-                        }
-                    })
-                    .collect();
-                instances.sort_by(|a, b| {
-                    (&a.hostname, &a.executor, &a.instance).cmp(&(
-                        &b.hostname,
-                        &b.executor,
-                        &b.instance,
-                    ))
-                });
-                let fine = instances
-                    .iter()
-                    .filter(|i| !matches!(i.health, ExecutorHealth::Unhealthy { .. }))
-                    .count();
-                let judged = instances.iter().any(|i| !i.health.is_unknown());
-                let detailed_status = if !instances.is_empty() && !judged {
-                    DetailedStatus::Unknown
-                } else {
-                    DetailedStatus::from_counts(fine, instances.len())
-                };
-                ExecutorEntry {
-                    status: Status::from_ok(!instances.is_empty() && fine == instances.len()),
-                    latest_heartbeat: latest.latest_heartbeat,
-                    detailed_status,
-                    instances,
-                }
-            });
-
-        Self {
-            metadatabase: Status::from_ok(metadatabase_ok),
-            scheduler: component(JobType::SchedulerJob, true).into(),
-            triggerer: component(JobType::TriggererJob, false).into(),
-            dag_processor: component(JobType::DagProcessorJob, false).into(),
-            executor,
-            generated_at: now,
-            json: String::new(),
-        }
-    }
-
     /// Renders the JSON of an [assembled](Self::assemble) report.
     pub fn render(&mut self) {
         self.json = serde_json::to_string(&*self).expect("a report always serializes");
@@ -670,16 +451,6 @@ impl HealthReport {
     }
 }
 
-/// Airflow's liveness test: `running`, and a heartbeat younger than the threshold.
-pub fn is_alive(row: &job::Model, threshold: Duration, now: DateTime<Utc>) -> bool {
-    row.state.as_deref() == Some(JobState::Running.as_str())
-        && row.latest_heartbeat.is_some_and(|heartbeat| {
-            (now - heartbeat)
-                .to_std()
-                .map_or(true, |age| age < threshold)
-        })
-}
-
 /// A timestamp as Python's `datetime.isoformat()` writes an aware UTC one, which is
 /// what Airflow's JSON carries: `2026-11-29T19:48:48.365305+00:00`, and no
 /// fraction at all when the microseconds are zero.
@@ -724,14 +495,6 @@ fn optional_timestamp<S: Serializer>(
 /// Writes the metadatabase's status as Airflow does: `{"status": ...}`.
 fn metadatabase_entry<S: Serializer>(status: &Status, serializer: S) -> Result<S::Ok, S::Error> {
     MetadatabaseEntry { status: *status }.serialize(serializer)
-}
-
-/// The index of a job type in [`JobType::ALL`].
-pub fn type_index(job_type: JobType) -> usize {
-    JobType::ALL
-        .iter()
-        .position(|t| *t == job_type)
-        .expect("every job type is in ALL")
 }
 
 #[cfg(test)]

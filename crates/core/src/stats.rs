@@ -1,5 +1,6 @@
-//! Counters the actors keep per executor, and the restarts of the two core
-//! actors, read without asking the actors (they feed `/metrics` and the tests).
+//! Counters the actors keep per executor, the aggregator's, and the restarts
+//! of the two core actors, read without asking the actors (they feed
+//! `/metrics` and the tests).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -135,4 +136,49 @@ impl ActorRestarts {
             ("aggregator", self.aggregator.load(Ordering::Relaxed)),
         ]
     }
+}
+
+/// Counters of the aggregator's work, and of both core actors' restarts, read
+/// without asking the actors.
+#[derive(Debug, Default)]
+pub struct AggregatorStats {
+    /// Flushes that committed.
+    pub flushes: AtomicU64,
+    /// Flushes that failed (the database was unreachable, refused, or did not
+    /// answer within the write timeout).
+    pub flush_failures: AtomicU64,
+    /// Statements the last committed flush ran.
+    pub last_flush_statements: AtomicU64,
+    /// Verdicts the last committed flush wrote.
+    pub last_flush_verdicts: AtomicU64,
+    /// How long the last committed flush took, in microseconds.
+    pub last_flush_micros: AtomicU64,
+    /// Reads that failed (the report then says `metadatabase` unhealthy).
+    pub refresh_failures: AtomicU64,
+    /// Reads that succeeded.
+    pub reads: AtomicU64,
+    /// Rows (besides the most recent job of each type) the last read returned.
+    pub last_read_rows: AtomicU64,
+    /// Reports whose JSON was rendered (and published): only those that changed.
+    pub renders: AtomicU64,
+    /// How long the last report took to build (and render, if it changed), in
+    /// microseconds.
+    pub last_publish_micros: AtomicU64,
+    /// Restarts of the core actors after they stopped or panicked.
+    pub restarts: ActorRestarts,
+    /// Transitions of a verdict's state this process saw (queued for the history).
+    pub transitions_recorded: AtomicU64,
+    /// Of those, written to the history table.
+    pub transitions_written: AtomicU64,
+    /// Transitions dropped unwritten: the queue was full (over
+    /// [`MAX_PENDING`](crate::history::MAX_PENDING), a long outage), the oldest went first.
+    pub transitions_dropped: AtomicU64,
+    /// Transitions waiting for the database now.
+    pub transitions_pending: AtomicU64,
+    /// Prunes of the history that committed.
+    pub history_prunes: AtomicU64,
+    /// Reads of the history's latest transitions (one after each full read)
+    /// that failed or timed out (the report keeps
+    /// what it had; this session's transitions wait for the next).
+    pub history_read_failures: AtomicU64,
 }

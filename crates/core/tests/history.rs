@@ -13,8 +13,9 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use overseer_core::entity::{history as history_row, job};
 use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
+use overseer_core::history::{HistoryWrite, flush_with_history};
 use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
-use overseer_core::storage::{self, HistoryWrite, Session};
+use overseer_core::storage::{self, Session};
 use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
@@ -453,7 +454,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
             ],
             prune_before: None,
         };
-        let statements = storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
+        let statements = flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
             .await
             .unwrap();
         assert_eq!(
@@ -467,7 +468,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
             transitions: Vec::new(),
             prune_before: Some(Utc::now() - chrono::Duration::days(14)),
         };
-        let statements = storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &prune)
+        let statements = flush_with_history(&db.conn, &session, Utc::now(), &[], &prune)
             .await
             .unwrap();
         assert_eq!(
@@ -507,7 +508,7 @@ async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
             prune_before: None,
         };
         for _ in 0..2 {
-            storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
+            flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
                 .await
                 .unwrap();
         }
@@ -525,7 +526,7 @@ async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
             )],
             prune_before: None,
         };
-        storage::flush_with_history(&db.conn, &session, Utc::now(), &[], &later)
+        flush_with_history(&db.conn, &session, Utc::now(), &[], &later)
             .await
             .unwrap();
         assert_eq!(transitions(&db.conn).await.len(), 3, "{:?}", db.backend);
@@ -636,7 +637,7 @@ async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
             transitions: vec![went_down.clone(), other_host],
             prune_before: None,
         };
-        storage::flush_with_history(&db.conn, &earlier, last_heartbeat, &[], &write)
+        flush_with_history(&db.conn, &earlier, last_heartbeat, &[], &write)
             .await
             .unwrap();
         let ended = last_heartbeat + chrono::Duration::seconds(1);
@@ -649,7 +650,7 @@ async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
             transitions: vec![transition("sched-1", Unhealthy, Healthy, this.started)],
             prune_before: None,
         };
-        storage::flush_with_history(&db.conn, &this, Utc::now(), &[], &back_up)
+        flush_with_history(&db.conn, &this, Utc::now(), &[], &back_up)
             .await
             .unwrap();
 

@@ -9,6 +9,7 @@
 //! on the counters and the report, and assert no durations. Among them, async
 //! checks that block their threads, more of them than the pool has threads.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -152,12 +153,22 @@ fn a_check_that_never_returns_is_unhealthy_after_the_timeout_then_skipped_for_10
 }
 
 /// A blocking check that blocks until the test lets it go.
+/// Blocks until released, and notes each thread it ran on: the threads of the
+/// system under test, whatever else runs in this process (`cargo test` runs
+/// the tests of a file in one process, each starting threads of its own).
 #[derive(Clone)]
-struct BlocksUntilReleased(Arc<Mutex<mpsc::Receiver<()>>>);
+struct BlocksUntilReleased {
+    released: Arc<Mutex<mpsc::Receiver<()>>>,
+    ran_on: Arc<Mutex<HashSet<std::thread::ThreadId>>>,
+}
 
 impl BlockingHealthCheck for BlocksUntilReleased {
     fn get_health(&self) -> ExecutorHealth {
-        let _ = self.0.lock().unwrap().recv();
+        self.ran_on
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
+        let _ = self.released.lock().unwrap().recv();
         ExecutorHealth::Healthy
     }
 }
@@ -174,7 +185,12 @@ fn check_threads() -> usize {
 #[test]
 fn a_blocking_check_that_never_returns_holds_one_thread_over_1000_ticks() {
     let (release, released) = mpsc::channel();
-    let check = BlocksUntilReleased(Arc::new(Mutex::new(released)));
+    let ran_on = Arc::new(Mutex::new(HashSet::new()));
+    let check = BlocksUntilReleased {
+        released: Arc::new(Mutex::new(released)),
+        ran_on: ran_on.clone(),
+    };
+    let check_threads = move || ran_on.lock().unwrap().len();
     paused(move || async move {
         let settings = every(Duration::from_secs(10), Duration::from_secs(5));
         let (_supervisor, verdicts, stats) = supervise(
@@ -184,7 +200,7 @@ fn a_blocking_check_that_never_returns_holds_one_thread_over_1000_ticks() {
         );
 
         tokio::time::sleep(Duration::from_secs(1)).await;
-        // A new thread names itself once it runs: give it (real) time to.
+        // The check's thread notes itself once it runs: give it (real) time to.
         for _ in 0..500 {
             if check_threads() > 0 {
                 break;
@@ -200,6 +216,7 @@ fn a_blocking_check_that_never_returns_holds_one_thread_over_1000_ticks() {
             threads_at_start,
             "no thread added by 1,000 ticks"
         );
+        assert_eq!(stats[0].snapshot().checks_running, 1, "one thread held");
         let snapshot = stats[0].snapshot();
         assert_eq!(snapshot.polls, 1);
         assert_eq!(snapshot.skipped, 1_000);

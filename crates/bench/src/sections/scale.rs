@@ -149,10 +149,10 @@ pub async fn run(plan: &Plan, out: &Out) -> Result<Body> {
             ];
             let result = tokio::task::spawn_blocking(move || {
                 process::scenario("scale", &params, deadline, |line| {
-                    if line.starts_with("window-") {
-                        if let Some(counts) = &proxy {
-                            marks.lock().expect("marks").push(counts.snapshot());
-                        }
+                    if line.starts_with("window-")
+                        && let Some(counts) = &proxy
+                    {
+                        marks.lock().expect("marks").push(counts.snapshot());
                     }
                 })
             })

@@ -31,6 +31,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
@@ -163,9 +164,10 @@ pub struct ExecutorActor {
     policy: RestartPolicy,
     /// Recent restart times: policy state, kept across restarts.
     restarts: VecDeque<Instant>,
-    /// While backing off: until when, and how long the next back-off lasts.
+    /// While backing off: until when.
     backoff_until: Option<Instant>,
-    next_backoff: Duration,
+    /// How long the next back-off lasts: the policy's, doubling.
+    backoff: Backoff,
     /// The restart limit was passed and no check has answered since.
     tripped: bool,
     /// Where async checks run: the watched pool of check threads, so that a
@@ -207,7 +209,7 @@ impl ExecutorActor {
             policy,
             restarts: VecDeque::new(),
             backoff_until: None,
-            next_backoff: policy.backoff,
+            backoff: Backoff::new(policy.backoff, policy.max_backoff),
             tripped: false,
             flow: FlowWatch::default(),
             queued: None,
@@ -315,9 +317,8 @@ impl Supervised for ExecutorActor {
         // long, until the check answers once without panicking.
         if self.tripped || self.restarts.len() > self.policy.max_restarts {
             self.tripped = true;
-            let backoff = self.next_backoff;
+            let backoff = self.backoff.next_delay();
             self.backoff_until = Some(now + backoff);
-            self.next_backoff = (backoff * 2).min(self.policy.max_backoff);
             tracing::warn!(
                 executor = %self.executor.label(),
                 restarts = self.restarts.len(),
@@ -364,7 +365,7 @@ impl Handler<CheckHealth> for ExecutorActor {
                     let answer = crate::reason::sanitise_observation(match outcome {
                         Ok(observation) => {
                             act.tripped = false;
-                            act.next_backoff = act.policy.backoff;
+                            act.backoff.reset();
                             // Every verdict passes here on its way to the table
                             // and the report: a check that quotes a URL in its
                             // reason or its detail loses its credentials here,

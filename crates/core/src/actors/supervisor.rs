@@ -451,22 +451,3 @@ impl Handler<StopPolling> for HealthSupervisor {
         ctx.stop();
     }
 }
-
-// ---------------------------------------------------------------------------
-// Restarts (issue 14, item 5). The actors' thread restarts this actor when it
-// stops or panics, by building a new one from the executors' actors
-// (`crate::overseer`), so nothing here carries state across a restart. What
-// follows is the test-only hook that makes it stop or panic on demand.
-
-#[cfg(test)]
-impl Handler<super::aggregator::test_hooks::Crash> for HealthSupervisor {
-    type Result = ();
-
-    fn handle(&mut self, crash: super::aggregator::test_hooks::Crash, ctx: &mut Context<Self>) {
-        use super::aggregator::test_hooks::Crash;
-        match crash {
-            Crash::Stop => ctx.stop(),
-            Crash::Panic => panic!("the supervisor panicked on purpose (a test)"),
-        }
-    }
-}

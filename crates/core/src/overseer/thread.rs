@@ -29,11 +29,14 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::actors::aggregator::{AggregatorStats, Finish};
+use crate::actors::aggregator::Finish;
 use crate::actors::supervisor::StopPolling;
 use crate::actors::{Aggregator, HealthSupervisor, NewVerdict, RestartPolicy};
+use crate::actors::{CoreActor, crash};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::report::HealthReport;
+use crate::stats::AggregatorStats;
 
 /// How often a core actor may be restarted at once before restarts back off:
 /// 5 within a minute, then 1 s, doubling up to a minute, until one runs a
@@ -65,22 +68,6 @@ pub(super) struct Started {
     pub(super) background: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Which core actor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CoreActor {
-    Supervisor,
-    Aggregator,
-}
-
-impl CoreActor {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Supervisor => "supervisor",
-            Self::Aggregator => "aggregator",
-        }
-    }
-}
-
 /// Starts `actor` as a task of its own, and returns its address and the task.
 /// The task ends when the actor stops, or with the panic's payload when a
 /// handler of it panics.
@@ -101,14 +88,14 @@ struct Running<A: Actor> {
 #[derive(Debug)]
 struct Restarts {
     recent: VecDeque<Instant>,
-    next_backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Restarts {
     fn new() -> Self {
         Self {
             recent: VecDeque::new(),
-            next_backoff: CORE_RESTART_POLICY.backoff,
+            backoff: Backoff::new(CORE_RESTART_POLICY.backoff, CORE_RESTART_POLICY.max_backoff),
         }
     }
 
@@ -122,7 +109,7 @@ impl Restarts {
             .is_some_and(|last| now.duration_since(*last) > policy.window)
         {
             // It ran a whole window without ending: a fresh start.
-            self.next_backoff = policy.backoff;
+            self.backoff.reset();
         }
         self.recent.push_back(now);
         while self
@@ -135,9 +122,7 @@ impl Restarts {
         if self.recent.len() <= policy.max_restarts {
             return Duration::ZERO;
         }
-        let backoff = self.next_backoff;
-        self.next_backoff = (backoff * 2).min(policy.max_backoff);
-        backoff
+        self.backoff.next_delay()
     }
 }
 
@@ -241,28 +226,6 @@ impl Core {
     }
 }
 
-/// Test-only: a core actor to make stop or panic, and how. Outside this
-/// crate's tests there is no such order (the type has no value).
-#[cfg(test)]
-type CrashOrder = (CoreActor, crate::actors::aggregator::test_hooks::Crash);
-#[cfg(not(test))]
-type CrashOrder = std::convert::Infallible;
-
-impl Core {
-    #[cfg(test)]
-    fn crash(&self, (actor, how): CrashOrder) {
-        match actor {
-            CoreActor::Supervisor => self.supervisor.address.do_send(how),
-            CoreActor::Aggregator => self.aggregator.address.do_send(how),
-        }
-    }
-
-    #[cfg(not(test))]
-    fn crash(&self, order: CrashOrder) {
-        match order {}
-    }
-}
-
 /// The `overseer-actors` thread: an actix `System` on a runtime of its own, and
 /// the two signals between it and the handle: `stop` (sent by
 /// [`Overseer::shutdown`](super::Overseer::shutdown) or a drop) and `done` (the last verdicts written).
@@ -270,9 +233,13 @@ pub(super) struct ActorsThread {
     stop: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<Result<()>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Test-only: makes a core actor stop or panic.
-    #[cfg(test)]
-    crash: tokio::sync::mpsc::UnboundedSender<CrashOrder>,
+    /// Orders to make a core actor stop or panic: the tests' one seam,
+    /// zero-sized outside them ([`crate::actors::crash`]).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only this crate's tests send orders")
+    )]
+    crash: crash::Switch,
 }
 
 impl ActorsThread {
@@ -289,8 +256,7 @@ impl ActorsThread {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel();
-        #[cfg(test)]
-        let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (crash_switch, mut crash_orders) = crash::switch();
         let thread = std::thread::Builder::new()
             .name("overseer-actors".into())
             .spawn(move || {
@@ -315,10 +281,6 @@ impl ActorsThread {
                     // Run until asked to stop, or until the handle is dropped;
                     // start a core actor again whenever one ends.
                     loop {
-                        #[cfg(test)]
-                        let crash = crash_rx.recv();
-                        #[cfg(not(test))]
-                        let crash = std::future::pending::<Option<CrashOrder>>();
                         tokio::select! {
                             _ = &mut stop_rx => break,
                             (actor, ended) = core.ended() => {
@@ -328,7 +290,11 @@ impl ActorsThread {
                                     () = tokio::time::sleep(delay) => core.restart(actor).await,
                                 }
                             }
-                            Some(order) = crash => core.crash(order),
+                            order = crash_orders.next() => crash::obey(
+                                order,
+                                &core.supervisor.address,
+                                &core.aggregator.address,
+                            ),
                         }
                     }
                     let _ = core.supervisor.address.send(StopPolling).await;
@@ -359,21 +325,10 @@ impl ActorsThread {
                 stop: Some(stop_tx),
                 done: Some(done_rx),
                 thread: Some(thread),
-                #[cfg(test)]
-                crash: crash_tx,
+                crash: crash_switch,
             },
             reports,
         ))
-    }
-
-    /// Test-only: makes a core actor stop or panic.
-    #[cfg(test)]
-    pub(super) fn crash(
-        &self,
-        actor: CoreActor,
-        how: crate::actors::aggregator::test_hooks::Crash,
-    ) {
-        let _ = self.crash.send((actor, how));
     }
 
     /// Asks the actors to finish, without waiting.

@@ -1,9 +1,13 @@
 //! The report's rules, table-tested, and its JSON pinned byte for byte.
 
+use std::time::Duration;
+
 use chrono::TimeZone;
 use serde_json::Value;
 
 use super::*;
+use crate::entity::job;
+use crate::job::{JobState, JobType};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap()

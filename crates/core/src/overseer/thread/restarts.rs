@@ -13,8 +13,8 @@ use chrono::Utc;
 use overseer_migration::{Migrator, MigratorTrait};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
-use super::CoreActor;
-use crate::actors::aggregator::test_hooks::Crash;
+use crate::actors::CoreActor;
+use crate::actors::crash::Crash;
 use crate::entity::job;
 use crate::{Executor, ExecutorHealth, HealthCheck, HealthReport, JobType, Overseer};
 
@@ -167,7 +167,7 @@ async fn a_supervisor_that_stops_or_panics_is_restarted_and_polling_resumes() {
     for how in [Crash::Stop, Crash::Panic] {
         let (db, check, overseer) = healthy_on_quick_polls().await;
 
-        overseer.actors.crash(CoreActor::Supervisor, how);
+        overseer.actors.crash.crash(CoreActor::Supervisor, how);
         let stats = overseer.aggregator_stats();
         until("the supervisor restarted", || {
             stats.restarts.supervisor.load(Ordering::Relaxed) == 1
@@ -214,7 +214,10 @@ async fn a_hung_check_is_run_once_across_supervisor_restarts() {
 
     let stats = overseer.aggregator_stats();
     for restart in 1..=2 {
-        overseer.actors.crash(CoreActor::Supervisor, Crash::Stop);
+        overseer
+            .actors
+            .crash
+            .crash(CoreActor::Supervisor, Crash::Stop);
         until("the supervisor restarted", || {
             stats.restarts.supervisor.load(Ordering::Relaxed) == restart
         })
@@ -269,7 +272,7 @@ async fn an_aggregator_that_stops_or_panics_is_restarted_with_its_verdicts_and_r
         .await;
 
         check.shut();
-        overseer.actors.crash(CoreActor::Aggregator, how);
+        overseer.actors.crash.crash(CoreActor::Aggregator, how);
         let stats = overseer.aggregator_stats();
         // The supervisor is started again with the new aggregator.
         until("the aggregator and the supervisor restarted", || {
@@ -357,7 +360,10 @@ async fn transitions_queued_when_the_aggregator_panics_are_written_by_the_next()
         0,
         "the transition must still wait when the aggregator panics"
     );
-    overseer.actors.crash(CoreActor::Aggregator, Crash::Panic);
+    overseer
+        .actors
+        .crash
+        .crash(CoreActor::Aggregator, Crash::Panic);
     until("the aggregator restarted", || {
         stats.restarts.aggregator.load(Ordering::Relaxed) == 1
     })

@@ -1,4 +1,5 @@
-//! [`WebhookUrl`]: where alerts are posted, shown without its secret.
+//! An alert target's settings: [`WebhookUrl`], where alerts are posted, shown
+//! without its secret, and [`AlertFormat`], how their bodies are written.
 //!
 //! A webhook's URL is its password. Slack's (`https://hooks.slack.com/services/
 //! T000/B000/XXXX`) carries its token in the path, others in the query
@@ -98,6 +99,18 @@ impl<'de> Deserialize<'de> for WebhookUrl {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(Self::new)
     }
+}
+
+/// How an alert's body is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertFormat {
+    /// Overseer's own JSON object (the README's "Alerts").
+    #[default]
+    Json,
+    /// `{"text": "..."}`, as Slack's (and Mattermost's, Rocket.Chat's)
+    /// incoming webhooks take it.
+    Slack,
 }
 
 #[cfg(test)]

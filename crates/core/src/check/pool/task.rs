@@ -1,0 +1,148 @@
+//! One async check run on the pool, and its waker: a small state machine
+//! (`IDLE`, `SCHEDULED`, `RUNNING`, `NOTIFIED`, `DONE`) that makes sure only
+//! one thread polls a task at a time and that a wake during a poll is not lost.
+
+use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::thread::Thread;
+
+use super::{Shared, Watched, lock};
+
+/// Task states: only the thread that moved a task to `RUNNING` polls it.
+pub(super) const IDLE: u8 = 0;
+/// Due for a poll: in the queue, or on its own thread.
+pub(super) const SCHEDULED: u8 = 1;
+pub(super) const RUNNING: u8 = 2;
+/// Woken while running: poll again.
+pub(super) const NOTIFIED: u8 = 3;
+pub(super) const DONE: u8 = 4;
+
+/// One check run on the pool.
+pub(super) struct Task {
+    pub(super) state: AtomicU8,
+    pub(super) future: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    /// The thread that owns it, once it has one; until then, the pool's queue.
+    pub(super) home: Mutex<Option<Thread>>,
+    pub(super) pool: Arc<Shared>,
+    pub(super) executor: Arc<Watched>,
+    /// It waited for a wake once, so the pool's `live` holds it (only its
+    /// poller reads and writes this).
+    pub(super) waits: AtomicBool,
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut state = self.state.load(SeqCst);
+        loop {
+            let next = match state {
+                IDLE => SCHEDULED,
+                RUNNING => NOTIFIED,
+                _ => return,
+            };
+            match self.state.compare_exchange(state, next, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        if state == IDLE {
+            // Scheduled by this wake: to its own thread, or to the queue. (Its
+            // home changes only while it runs, so not meanwhile.)
+            let home = lock(&self.home).clone();
+            match home {
+                Some(thread) => thread.unpark(),
+                None => self.pool.push(self.clone()),
+            }
+        }
+    }
+}
+
+/// What a task is after a poll.
+pub(super) enum Settled {
+    Done,
+    /// Waits for a wake.
+    Waiting,
+    /// Was woken during the poll: due again.
+    Again,
+}
+
+impl Task {
+    /// Its key among the pool's live tasks.
+    pub(super) fn key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Polls it once, if it is still due (the pool may have stopped since it
+    /// was queued). True when it is done.
+    pub(super) fn poll_once(self: &Arc<Self>) -> bool {
+        if self
+            .state
+            .compare_exchange(SCHEDULED, RUNNING, SeqCst, SeqCst)
+            .is_err()
+        {
+            return true;
+        }
+        let waker = Waker::from(self.clone());
+        let mut future = lock(&self.future);
+        let ready = match future.as_mut() {
+            Some(f) => f.as_mut().poll(&mut Context::from_waker(&waker)).is_ready(),
+            None => true,
+        };
+        if ready {
+            *future = None;
+        }
+        ready
+    }
+
+    /// After a poll, and after its thread learned whose it is now.
+    pub(super) fn settle(self: &Arc<Self>, ready: bool) -> Settled {
+        if ready {
+            self.state.store(DONE, SeqCst);
+            if self.waits.load(SeqCst) {
+                let done = lock(&self.pool.live).remove(&self.key());
+                drop(done);
+            }
+            return Settled::Done;
+        }
+        // Owned by the pool before it may wait: once idle, another thread may
+        // wake it, run it and finish it at any moment.
+        if !self.waits.swap(true, SeqCst) {
+            lock(&self.pool.live).insert(self.key(), self.clone());
+        }
+        match self.state.compare_exchange(RUNNING, IDLE, SeqCst, SeqCst) {
+            Ok(_) => Settled::Waiting,
+            Err(_) => {
+                self.state.store(SCHEDULED, SeqCst);
+                Settled::Again
+            }
+        }
+    }
+}
+
+impl Task {
+    /// Drops its check unless a thread is polling it (the pool stopped).
+    pub(super) fn cancel(&self) {
+        for from in [IDLE, SCHEDULED] {
+            if self
+                .state
+                .compare_exchange(from, DONE, SeqCst, SeqCst)
+                .is_ok()
+            {
+                let check = lock(&self.future).take();
+                drop(check);
+                // A thread of its own, parked until a wake, sees it done.
+                if let Some(thread) = &*lock(&self.home) {
+                    thread.unpark();
+                }
+                return;
+            }
+        }
+    }
+}
