@@ -165,6 +165,56 @@ async fn redis_a_worker_is_followed_by_its_heartbeats() {
     a_worker_is_followed_by_its_heartbeats(&broker.url(None, 0), true).await;
 }
 
+/// The only worker frozen (SIGSTOP) while tasks keep arriving, with no remote
+/// control: once unhealthy (its heartbeats stopped), never healthy again
+/// until it is thawed, sampled every 250 ms, and the broker never named as
+/// the cause; thawed, it is heard and healthy again.
+#[tokio::test]
+async fn a_frozen_worker_reads_unhealthy_until_it_thaws_and_the_broker_is_never_blamed() {
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let Some(venv) = support::venv() else { return };
+    let url = broker.url(None, 0);
+    let queue = support::unique_name("overseer-ev");
+    let check = check(&url, &queue);
+    let worker = Worker::start_heartbeating(&venv, &url, &queue);
+    let node = worker.node.clone();
+    poll_until(&check, "the worker heard", |h, p| {
+        *h == ExecutorHealth::Healthy && state_of(p, &node).as_deref() == Some("online")
+    })
+    .await;
+    worker.signal("STOP");
+    support::send_tasks(&venv, &url, &queue, 2, None);
+    let (_, _, took) = poll_until(&check, "unhealthy once frozen", |h, _| {
+        *h != ExecutorHealth::Healthy
+    })
+    .await;
+    support::note(&format!("frozen worker unhealthy after {took:?}"));
+    let mut readings = 0;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        support::send_tasks(&venv, &url, &queue, 1, None);
+        let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+        let ExecutorHealth::Unhealthy { reason } = &health else {
+            panic!("healthy while the worker is frozen: {probe:?}");
+        };
+        assert!(reason.contains(&node), "{reason}");
+        assert!(
+            !reason.contains("broker"),
+            "the broker is not the cause: {reason}"
+        );
+        readings += 1;
+        tokio::time::sleep(SAMPLE).await;
+    }
+    assert!(readings >= 5, "{readings} readings");
+    worker.signal("CONT");
+    poll_until(&check, "healthy once thawed", |h, p| {
+        *h == ExecutorHealth::Healthy && state_of(p, &node).as_deref() == Some("online")
+    })
+    .await;
+}
+
 /// A RabbitMQ virtual host of the test's own (the `celeryev` exchange is per
 /// virtual host), removed at the end.
 struct VirtualHost(String);
