@@ -324,9 +324,9 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
          `overseer serve` (release, default poll) supervising a Celery executor on it with \
          `worker_events` on and off. CPU (user + system, `/proc/PID/stat`) over {} of \
          {seconds}s as a share of one core, median (min–max). The broker's figure is its \
-         whole server (the throwaway `redis-server`; RabbitMQ's `beam.smp`, shared with \
-         nothing else during the run): its cost of the subscription is the difference \
-         between on and off.\n\n{}\n",
+         whole server (the throwaway `redis-server`; RabbitMQ's `beam.smp`, which also \
+         serves whatever else uses the machine's RabbitMQ meanwhile): its cost of the \
+         subscription is the difference between on and off.\n\n{}\n",
         FREQ.as_secs(),
         WORKERS as u64 / FREQ.as_secs(),
         count(runs, "window"),
