@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use overseer_core::backoff::Backoff;
 use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::duration;
@@ -65,9 +66,7 @@ pub(crate) trait BrokerProbe: Send + Sync {
 /// password costs a connection every 30 s, not two a second), and back to the
 /// start once a connection has held for [`Retry::HELD`].
 #[derive(Debug)]
-pub(crate) struct Retry {
-    next: Duration,
-}
+pub(crate) struct Retry(Backoff);
 
 impl Retry {
     const FIRST: Duration = Duration::from_millis(500);
@@ -75,17 +74,16 @@ impl Retry {
     const HELD: Duration = Duration::from_secs(10);
 
     pub(crate) fn new() -> Self {
-        Self { next: Self::FIRST }
+        Self(Backoff::new(Self::FIRST, Self::CEILING))
     }
 
     /// Waits before the next attempt; `held` is how long the last connection
     /// lasted (zero when it failed).
     pub(crate) async fn wait(&mut self, held: Duration) {
         if held >= Self::HELD {
-            self.next = Self::FIRST;
+            self.0.reset();
         }
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Self::CEILING);
+        tokio::time::sleep(self.0.next_delay()).await;
     }
 }
 
