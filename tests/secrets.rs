@@ -13,6 +13,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use overseer_testkit::rabbitmq::{VirtualHost, rabbitmqctl};
 use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis, free_port};
 use serde_json::Value;
 use support::{Serving, get, health_until, overseer, run, workdir};
@@ -82,48 +83,23 @@ fn redis_with_passwords() -> Option<ThrowawayRedis> {
 /// RabbitMQ, deleted when dropped (the shared server is otherwise untouched).
 struct RabbitUser {
     user: String,
-    vhost: String,
-}
-
-fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("rabbitmqctl")
-        .arg("-q")
-        .args(args)
-        .output()
-        .map_err(|e| format!("rabbitmqctl: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "rabbitmqctl {}: {}",
-            args[0],
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    vhost: VirtualHost,
 }
 
 impl RabbitUser {
     fn create() -> Option<Self> {
-        let tag = overseer_testkit::unique_name("overseer_secrets");
-        let this = Self {
-            user: format!("{tag}_user"),
-            vhost: format!("{tag}_vhost"),
-        };
-        let made = rabbitmqctl(&["add_vhost", &this.vhost])
-            .and_then(|()| rabbitmqctl(&["add_user", &this.user, RABBIT_PASSWORD]))
-            .and_then(|()| {
-                rabbitmqctl(&[
-                    "set_permissions",
-                    "-p",
-                    &this.vhost,
-                    &this.user,
-                    ".*",
-                    ".*",
-                    ".*",
-                ])
-            });
+        let made = VirtualHost::create("overseer_secrets_vhost").and_then(|vhost| {
+            let this = Self {
+                user: overseer_testkit::unique_name("overseer_secrets_user"),
+                vhost,
+            };
+            rabbitmqctl(&["add_user", &this.user, RABBIT_PASSWORD])?;
+            let vhost = &this.vhost.name;
+            rabbitmqctl(&["set_permissions", "-p", vhost, &this.user, ".*", ".*", ".*"])?;
+            Ok(this)
+        });
         match made {
-            Ok(()) => Some(this),
+            Ok(this) => Some(this),
             Err(e) => overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e),
         }
     }
@@ -133,15 +109,15 @@ impl RabbitUser {
             "amqp://{}:{}@127.0.0.1:5672/{}",
             self.user,
             enc(password),
-            self.vhost
+            self.vhost.name
         )
     }
 }
 
 impl Drop for RabbitUser {
     fn drop(&mut self) {
+        // The virtual host goes when its field is dropped, after this.
         let _ = rabbitmqctl(&["delete_user", &self.user]);
-        let _ = rabbitmqctl(&["delete_vhost", &self.vhost]);
     }
 }
 
@@ -340,7 +316,7 @@ fn a_rabbitmq_user_and_vhost_reach_the_broker_by_every_path() {
             (path, aliases, dir, serving)
         })
         .collect();
-    let identity = format!("amqp://127.0.0.1:5672/{}", rabbit.vhost);
+    let identity = format!("amqp://127.0.0.1:5672/{}", rabbit.vhost.name);
     for (path, aliases, _dir, serving) in started {
         let what = format!("{path:?} {aliases:?}");
         let expected: Vec<(&str, &str, &str)> = aliases

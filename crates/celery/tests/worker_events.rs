@@ -13,12 +13,12 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings, Probe};
 use overseer_core::ExecutorHealth;
 use overseer_core::detail::WorkerDetail;
+use overseer_testkit::rabbitmq::VirtualHost;
 use overseer_testkit::throwaway::ThrowawayRedis;
 use support::Worker;
 
@@ -215,56 +215,14 @@ async fn a_frozen_worker_reads_unhealthy_until_it_thaws_and_the_broker_is_never_
     .await;
 }
 
-/// A RabbitMQ virtual host of the test's own (the `celeryev` exchange is per
-/// virtual host), removed at the end.
-struct VirtualHost(String);
-
-impl VirtualHost {
-    fn create() -> Option<Self> {
-        let name = support::unique_name("overseer-ev");
-        let made = rabbitmqctl(&["add_vhost", &name]).and_then(|()| {
-            rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
-        });
-        match made {
-            Ok(()) => Some(Self(name)),
-            Err(e) => overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:5672/{}", self.0)
-    }
-}
-
-impl Drop for VirtualHost {
-    fn drop(&mut self) {
-        let _ = rabbitmqctl(&["delete_vhost", &self.0]);
-    }
-}
-
-fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .map_err(|e| format!("rabbitmqctl: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "rabbitmqctl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 #[tokio::test]
 async fn rabbitmq_a_worker_is_followed_by_its_heartbeats() {
     if !support::rabbitmq_up() {
         return;
     }
-    let Some(vhost) = VirtualHost::create() else {
-        return;
+    let vhost = match VirtualHost::create("overseer-ev") {
+        Ok(vhost) => vhost,
+        Err(e) => return overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e).unwrap_or(()),
     };
     a_worker_is_followed_by_its_heartbeats(&vhost.url(), false).await;
 }

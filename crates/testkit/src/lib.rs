@@ -17,6 +17,7 @@
 //! and `TESTKIT_MARIADB_URL` point elsewhere (an admin connection that may create databases).
 
 pub mod celery;
+pub mod rabbitmq;
 pub mod throwaway;
 pub mod venv;
 

@@ -18,6 +18,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use overseer_testkit::rabbitmq::VirtualHost;
 use overseer_testkit::throwaway::ThrowawayRedis;
 
 use crate::plan::Plan;
@@ -43,7 +44,7 @@ const HEARD_DEADLINE: Duration = Duration::from_secs(60);
 /// One broker to publish to.
 enum Broker {
     Redis { url: String, pid: Option<u32> },
-    Rabbit { url: String, vhost: String },
+    Rabbit { url: String },
 }
 
 impl Broker {
@@ -250,35 +251,19 @@ async fn measure(
     Ok((windows, heard))
 }
 
-fn rabbitmqctl(args: &[&str]) -> Result<()> {
-    let out = Command::new("rabbitmqctl").args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "rabbitmqctl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
 pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
     let (runs, seconds) = if plan.smoke { (1, 4.0) } else { (3, 20.0) };
     let redis = ThrowawayRedis::start(&[]).ok_or_else(|| anyhow!("no redis-server"))?;
-    let vhost = overseer_testkit::unique_name("overseer-bench-ev");
     let mut brokers = vec![Broker::Redis {
         url: redis.url(None, 0),
         pid: redis.pid(),
     }];
     let mut problems = Vec::new();
-    match rabbitmqctl(&["add_vhost", &vhost])
-        .and_then(|()| rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]))
-    {
-        Ok(()) => brokers.push(Broker::Rabbit {
-            url: format!("amqp://guest:guest@127.0.0.1:5672/{vhost}"),
-            vhost: vhost.clone(),
-        }),
-        Err(e) => problems.push(format!("RabbitMQ: {e:#}")),
+    // Deleted, with everything in it, when dropped at the end.
+    let vhost = VirtualHost::create("overseer-bench-ev");
+    match &vhost {
+        Ok(vhost) => brokers.push(Broker::Rabbit { url: vhost.url() }),
+        Err(e) => problems.push(format!("RabbitMQ: {e}")),
     }
     let mut rows = Vec::new();
     let mut worst_on = 0.0_f64;
@@ -306,11 +291,6 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
                 }
                 Err(e) => problems.push(format!("{} (events {events}): {e:#}", broker.name())),
             }
-        }
-    }
-    for broker in &brokers {
-        if let Broker::Rabbit { vhost, .. } = broker {
-            let _ = rabbitmqctl(&["delete_vhost", vhost]);
         }
     }
     let met = if worst_on < TARGET_PERCENT {
