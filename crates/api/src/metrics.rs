@@ -560,10 +560,7 @@ pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
         "overseer_stream_clients",
         "Server-Sent Events clients connected now (at most api.max_stream_clients).",
         MetricType::GAUGE,
-        vec![gauge(
-            vec![],
-            state.open_streams.load(Ordering::Relaxed) as f64,
-        )],
+        vec![gauge(vec![], state.stream_places.open() as f64)],
     ));
     families.retain(|f| !f.get_metric().is_empty());
     if let Err(e) = encoder.encode(&families, &mut body) {
