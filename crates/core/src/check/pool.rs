@@ -252,7 +252,8 @@ impl CheckThreads {
     /// Stops the pool and the watchdog, drops every check not being polled
     /// (queued, or waiting for a wake), and shuts the IO runtime down without
     /// waiting: a check blocked in a poll keeps its thread, and nothing waits
-    /// for it.
+    /// for it. A check being polled meanwhile is dropped when that poll ends,
+    /// unless it answered.
     pub(crate) fn shutdown_background(self) {
         let queued = {
             let mut queue = lock(&self.pool.queue);
