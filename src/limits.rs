@@ -37,20 +37,10 @@ pub const LISTEN_BACKLOG: i32 = 1024;
 /// Widens `listener`'s backlog to [`LISTEN_BACKLOG`]; a failure is one WARN
 /// line, and the listener keeps the backlog it has.
 pub fn widen_backlog(listener: &std::net::TcpListener) {
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: listen() on a socket the listener owns; on one that listens
-        // already it only changes the backlog.
-        if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
-            tracing::warn!(
-                "cannot widen the listen backlog to {LISTEN_BACKLOG}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    // listen() again on a socket that listens already only changes its backlog.
+    if let Err(e) = socket2::SockRef::from(listener).listen(LISTEN_BACKLOG) {
+        tracing::warn!("cannot widen the listen backlog to {LISTEN_BACKLOG}: {e}");
     }
-    #[cfg(not(unix))]
-    let _ = listener;
 }
 
 /// Raises the soft open-file limit to the hard one, and returns the soft limit
@@ -96,25 +86,16 @@ type NotRaised = (Option<u64>, std::io::Error);
 
 #[cfg(unix)]
 fn raise() -> Result<Raised, NotRaised> {
-    let finite = |n: libc::rlim_t| (n != libc::RLIM_INFINITY).then_some(n);
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one `rlimit` through a valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err((None, std::io::Error::last_os_error()));
-    }
-    let before = limit.rlim_cur;
-    if before == limit.rlim_max {
+    use rlimit::Resource;
+    let finite = |n: u64| (n != rlimit::INFINITY).then_some(n);
+    let (before, hard) = Resource::NOFILE.get().map_err(|e| (None, e))?;
+    if before == hard {
         return Ok((finite(before), finite(before)));
     }
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: setrlimit reads one `rlimit` through a valid pointer.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err((finite(before), std::io::Error::last_os_error()));
-    }
-    Ok((finite(before), finite(limit.rlim_cur)))
+    Resource::NOFILE
+        .set(hard, hard)
+        .map_err(|e| (finite(before), e))?;
+    Ok((finite(before), finite(hard)))
 }
 
 #[cfg(not(unix))]
@@ -205,16 +186,8 @@ mod tests {
     #[test]
     fn the_soft_limit_ends_at_the_hard_one() {
         let after = raise_open_files();
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: as in `raise`.
-        assert_eq!(
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
-            0
-        );
-        assert_eq!(limit.rlim_cur, limit.rlim_max);
-        assert_eq!(after, Some(limit.rlim_cur));
+        let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap();
+        assert_eq!(soft, hard);
+        assert_eq!(after, Some(soft));
     }
 }

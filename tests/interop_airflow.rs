@@ -503,19 +503,12 @@ async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
         "no worker runs: the task still waits"
     );
 
-    match queued_gauge_present(urls) {
-        true => {
-            let value = run.wait_until(
-                "/metrics: overseer_queued_tasks counts the queued task instance",
-                VERDICT_DEADLINE,
-                || queued_gauge(&get(&urls.metrics).1).filter(|v| *v >= 1.0),
-            );
-            eprintln!("interop: /metrics: overseer_queued_tasks on queue default = {value}");
-        }
-        false => eprintln!(
-            "interop: /metrics has no overseer_queued_tasks gauge (yet): asserted only the JSON"
-        ),
-    }
+    let value = run.wait_until(
+        "/metrics: overseer_queued_tasks counts the queued task instance",
+        VERDICT_DEADLINE,
+        || queued_gauge(&get(&urls.metrics).1).filter(|v| *v >= 1.0),
+    );
+    eprintln!("interop: /metrics: overseer_queued_tasks on queue default = {value}");
     to_unhealthy
 }
 
@@ -570,13 +563,11 @@ async fn work_flows(run: &mut Run, db: &TestDb, urls: &Urls) {
     let instance = celery_instance(&report).expect("the Celery instance is listed");
     assert!(instance["reason"].is_null(), "{instance}");
     assert_eq!(instance["instance"], urls.broker.as_str(), "{instance}");
-    if queued_gauge_present(urls) {
-        run.wait_until(
-            "/metrics: overseer_queued_tasks back to 0",
-            VERDICT_DEADLINE,
-            || queued_gauge(&get(&urls.metrics).1).filter(|v| *v == 0.0),
-        );
-    }
+    run.wait_until(
+        "/metrics: overseer_queued_tasks back to 0",
+        VERDICT_DEADLINE,
+        || queued_gauge(&get(&urls.metrics).1).filter(|v| *v == 0.0),
+    );
     let status = run.stop_worker();
     eprintln!("interop: the Celery worker stopped ({status}), its process group empty");
 }
@@ -668,15 +659,6 @@ fn overdue_in_reason(reason: &str) -> Option<u64> {
         };
         let rest = rest.strip_prefix(noun)?.strip_prefix(limit.as_str())?;
         (rest.is_empty() || (rest.starts_with(" (oldest ") && rest.ends_with(')'))).then_some(count)
-    })
-}
-
-/// Whether Overseer's `/metrics` has the `overseer_queued_tasks` gauge at all.
-fn queued_gauge_present(urls: &Urls) -> bool {
-    let (status, body) = get(&urls.metrics);
-    assert_eq!(status, 200, "GET {}: {body}", urls.metrics);
-    body.lines().any(|line| {
-        line.starts_with("overseer_queued_tasks{") || line.contains(" overseer_queued_tasks ")
     })
 }
 

@@ -2,7 +2,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -11,7 +10,7 @@ use actix_web::{HttpRequest, HttpResponse, http::header};
 use overseer_core::HealthReport;
 use overseer_core::report::Component;
 use serde::Deserialize;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use utoipa::IntoParams;
 
 use crate::{ApiState, KEEP_ALIVE, errors};
@@ -136,12 +135,12 @@ impl AsRef<[u8]> for ReportJson {
     )
 )]
 pub async fn stream(state: Data<ApiState>) -> HttpResponse {
-    let Some(place) = StreamPlace::take(&state.open_streams, state.max_stream_clients) else {
+    let Some(place) = state.stream_places.take() else {
         tracing::debug!(
-            max_stream_clients = state.max_stream_clients,
+            max_stream_clients = state.stream_places.max(),
             "refused an SSE client: the stream is at capacity"
         );
-        return errors::stream_at_capacity(state.max_stream_clients);
+        return errors::stream_at_capacity(state.stream_places.max());
     };
     let mut reports = state.reports.clone();
     reports.mark_changed();
@@ -168,8 +167,8 @@ pub async fn stream(state: Data<ApiState>) -> HttpResponse {
 /// `HEAD` on the stream: the headers a `GET` would get now (200, or 503 when
 /// the stream is at capacity), and no stream: it takes no place.
 pub async fn stream_head(state: Data<ApiState>) -> HttpResponse {
-    if state.open_streams.load(Ordering::Acquire) >= state.max_stream_clients {
-        return errors::stream_at_capacity(state.max_stream_clients);
+    if state.stream_places.open() >= state.stream_places.max() {
+        return errors::stream_at_capacity(state.stream_places.max());
     }
     stream_head_of(HttpResponse::Ok()).finish()
 }
@@ -264,28 +263,59 @@ impl Client {
     }
 }
 
-/// One of the `max_stream_clients` places in the SSE stream, held by a stream
-/// for as long as it lives and given back when it is dropped, whatever ends it
-/// (the client leaves, the service stops).
-#[derive(Debug)]
-pub struct StreamPlace {
-    open: Arc<AtomicUsize>,
+/// The `max_stream_clients` places of the SSE stream, across every worker: a
+/// semaphore with a permit per place. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct StreamPlaces {
+    places: Arc<Semaphore>,
+    max: usize,
 }
 
-impl StreamPlace {
-    /// A place, if fewer than `max` streams are open; counted in `open` until dropped.
-    pub fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Self { open: open.clone() })
+impl StreamPlaces {
+    /// `max` places, all free.
+    pub fn new(max: usize) -> Self {
+        Self {
+            places: Arc::new(Semaphore::new(max)),
+            max,
+        }
     }
+
+    /// How many streams may be open at once (`api.max_stream_clients`).
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// How many streams are open now.
+    pub fn open(&self) -> usize {
+        self.max - self.places.available_permits()
+    }
+
+    /// A place, if fewer than [`StreamPlaces::max`] streams are open; taken until
+    /// dropped. A refusal takes nothing.
+    pub fn take(&self) -> Option<StreamPlace> {
+        let permit = self.places.clone().try_acquire_owned().ok()?;
+        Some(StreamPlace {
+            permit: Some(permit),
+            places: self.clone(),
+        })
+    }
+}
+
+/// One of the places in the SSE stream, held by a stream for as long as it
+/// lives and given back when it is dropped, whatever ends it (the client
+/// leaves, the service stops).
+#[derive(Debug)]
+pub struct StreamPlace {
+    permit: Option<OwnedSemaphorePermit>,
+    places: StreamPlaces,
 }
 
 impl Drop for StreamPlace {
     fn drop(&mut self) {
-        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+        drop(self.permit.take());
+        // Two last clients leaving together may both see every place free:
+        // the memory is then given back twice, which is harmless.
+        if self.places.open() == 0 {
             give_back_freed_memory();
         }
     }
@@ -310,14 +340,14 @@ mod tests {
 
     #[test]
     fn places_run_out_at_the_cap_and_come_back_when_dropped() {
-        let open = Arc::new(AtomicUsize::new(0));
-        let held: Vec<_> = (0..3).map(|_| StreamPlace::take(&open, 3)).collect();
+        let places = StreamPlaces::new(3);
+        let held: Vec<_> = (0..3).map(|_| places.take()).collect();
         assert!(held.iter().all(Option::is_some));
-        assert_eq!(open.load(Ordering::Acquire), 3);
-        assert!(StreamPlace::take(&open, 3).is_none());
-        assert_eq!(open.load(Ordering::Acquire), 3, "a refusal takes nothing");
+        assert_eq!(places.open(), 3);
+        assert!(places.take().is_none());
+        assert_eq!(places.open(), 3, "a refusal takes nothing");
         drop(held);
-        assert_eq!(open.load(Ordering::Acquire), 0);
-        assert!(StreamPlace::take(&open, 3).is_some());
+        assert_eq!(places.open(), 0);
+        assert!(places.take().is_some());
     }
 }

@@ -40,7 +40,6 @@ pub mod version;
 
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use actix_web::{App, dev::Server, web};
@@ -70,13 +69,12 @@ pub struct ApiState {
     pub metrics: Arc<metrics::Metrics>,
     /// Flips to `true` when the service shuts down: SSE streams end then.
     pub shutdown: watch::Receiver<bool>,
-    /// The most SSE clients served at once (`api.max_stream_clients`). Each
-    /// holds a socket for as long as it stays; one more gets 503, so stream
-    /// clients can never take every descriptor and starve the probes.
-    pub max_stream_clients: usize,
-    /// SSE streams open now, across every worker: each holds a
-    /// [`health::StreamPlace`] and gives it back when it ends.
-    pub open_streams: Arc<AtomicUsize>,
+    /// The places of the SSE stream: at most `api.max_stream_clients` clients
+    /// served at once, across every worker. Each holds a socket for as long as
+    /// it stays, and a [`health::StreamPlace`] it gives back when it ends; one
+    /// more gets 503, so stream clients can never take every descriptor and
+    /// starve the probes.
+    pub stream_places: health::StreamPlaces,
     /// Who may show the dashboard in a frame (`api.frame_ancestors`): its own
     /// origin, and these (the Airflow UI's, for Overseer's Airflow plugin).
     pub frame_ancestors: dashboard::FrameAncestors,
@@ -105,8 +103,7 @@ impl ApiState {
                 overseer.watch(),
             )),
             shutdown,
-            max_stream_clients,
-            open_streams: Arc::default(),
+            stream_places: health::StreamPlaces::new(max_stream_clients),
             frame_ancestors: dashboard::FrameAncestors::default(),
             history: None,
         }

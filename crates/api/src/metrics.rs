@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use actix_web::HttpResponse;
 use actix_web::web::Data;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, WorkerDetail, WorkerHeartbeat};
 use overseer_core::overseer::ExecutorIdentity;
 use overseer_core::report::{ExecutorInstance, Status};
@@ -113,26 +113,49 @@ impl Metrics {
         }
     }
 
-    /// Every metric family, as of now.
+    /// Every metric family, as of now: from the published report (every live
+    /// executor row of every host, the evidence beside this host's, the
+    /// components), from this process's executor actors and aggregator, and
+    /// the serving program's own, in that order.
     pub fn gather(&self) -> Vec<MetricFamily> {
         let report = self.reports.borrow().clone();
         let now = Utc::now();
-        let mut families = Vec::new();
-
-        // From the report: every live executor row, of every host.
-        let rows: Vec<_> = report
+        let rows: Vec<&ExecutorInstance> = report
             .executor
             .iter()
             .flat_map(|e| e.instances.iter())
             .collect();
-        let row_labels = |i: &ExecutorInstance| {
-            vec![
-                ("executor", i.executor.clone().unwrap_or_default()),
-                ("instance", i.instance.clone().unwrap_or_default()),
-                ("hostname", i.hostname.clone().unwrap_or_default()),
-            ]
-        };
-        families.push(family(
+        let detailed: Vec<(&ExecutorInstance, &Detail)> = rows
+            .iter()
+            .filter_map(|i| Some((*i, i.detail.as_deref()?)))
+            .collect();
+        [
+            verdicts(&rows, now),
+            workers(&detailed),
+            queues(&detailed),
+            queued_tasks(&detailed),
+            components(&report, now),
+            executors(&self.executors),
+            aggregator(&self.aggregator),
+            extra(&self.extra),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Every live executor row's verdict, and its age.
+fn verdicts(rows: &[&ExecutorInstance], now: DateTime<Utc>) -> Vec<MetricFamily> {
+    let row_labels = |i: &ExecutorInstance| {
+        vec![
+            ("executor", i.executor.clone().unwrap_or_default()),
+            ("instance", i.instance.clone().unwrap_or_default()),
+            ("hostname", i.hostname.clone().unwrap_or_default()),
+        ]
+    };
+    vec![
+        family(
             "overseer_executor_health",
             "The executor's verdict: 1 healthy, 0 unhealthy, -1 unknown.",
             MetricType::GAUGE,
@@ -146,8 +169,8 @@ impl Metrics {
                     gauge(row_labels(i), value)
                 })
                 .collect(),
-        ));
-        families.push(family(
+        ),
+        family(
             "overseer_executor_seconds_since_check",
             "Seconds since the executor's verdict was made.",
             MetricType::GAUGE,
@@ -160,16 +183,21 @@ impl Metrics {
                     ))
                 })
                 .collect(),
-        ));
-        families.extend(evidence(&rows));
-        let components = [
-            ("metadatabase", Some(report.metadatabase)),
-            ("scheduler", report.scheduler.status),
-            ("triggerer", report.triggerer.status),
-            ("dag_processor", report.dag_processor.status),
-            ("executor", report.executor.as_ref().map(|e| e.status)),
-        ];
-        families.push(family(
+        ),
+    ]
+}
+
+/// The report's components, and the report's own age.
+fn components(report: &HealthReport, now: DateTime<Utc>) -> Vec<MetricFamily> {
+    let components = [
+        ("metadatabase", Some(report.metadatabase)),
+        ("scheduler", report.scheduler.status),
+        ("triggerer", report.triggerer.status),
+        ("dag_processor", report.dag_processor.status),
+        ("executor", report.executor.as_ref().map(|e| e.status)),
+    ];
+    vec![
+        family(
             "overseer_component_healthy",
             "1 when the component's status is healthy, 0 when unhealthy; absent when null.",
             MetricType::GAUGE,
@@ -184,8 +212,8 @@ impl Metrics {
                     })
                 })
                 .collect(),
-        ));
-        families.push(family(
+        ),
+        family(
             "overseer_report_age_seconds",
             "Seconds since the published report was built.",
             MetricType::GAUGE,
@@ -193,154 +221,176 @@ impl Metrics {
                 vec![],
                 (now - report.generated_at).as_seconds_f64().max(0.0),
             )],
-        ));
+        ),
+    ]
+}
 
-        // From this process's actors.
-        let local = |identity: &ExecutorIdentity| {
-            vec![
-                ("executor", identity.executor_class.clone()),
-                ("instance", identity.instance.clone().unwrap_or_default()),
-            ]
-        };
-        let counters: [(&str, &str, CounterField); 7] = [
-            ("overseer_polls_total", "Health checks asked for.", |s| {
-                &s.polls
-            }),
-            (
-                "overseer_polls_skipped_total",
-                "Ticks that asked nothing because the last poll was unanswered.",
-                |s| &s.skipped,
-            ),
-            (
-                "overseer_poll_timeouts_total",
-                "Polls not answered within poll_timeout.",
-                |s| &s.timeouts,
-            ),
-            (
-                "overseer_late_replies_total",
-                "Answers that came after their poll timed out.",
-                |s| &s.late_replies,
-            ),
-            (
-                "overseer_check_panics_total",
-                "Health checks that panicked.",
-                |s| &s.panics,
-            ),
-            (
-                "overseer_executor_restarts_total",
-                "Executor actors restarted.",
-                |s| &s.restarts,
-            ),
-            (
-                "overseer_check_stalls_total",
-                "Polls of async health checks that held their thread over the limit (the check blocked it, \
-                 or the machine was short of CPU); the executor's checks run on threads of their own from then on.",
-                |s| &s.stalls,
-            ),
-        ];
-        for (name, help, field) in counters {
-            families.push(family(
+/// The counters of this process's executor actors, their checks running and
+/// how long their polls took.
+fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) -> Vec<MetricFamily> {
+    let local = |identity: &ExecutorIdentity| {
+        vec![
+            ("executor", identity.executor_class.clone()),
+            ("instance", identity.instance.clone().unwrap_or_default()),
+        ]
+    };
+    let counters: [(&str, &str, CounterField); 7] = [
+        ("overseer_polls_total", "Health checks asked for.", |s| {
+            &s.polls
+        }),
+        (
+            "overseer_polls_skipped_total",
+            "Ticks that asked nothing because the last poll was unanswered.",
+            |s| &s.skipped,
+        ),
+        (
+            "overseer_poll_timeouts_total",
+            "Polls not answered within poll_timeout.",
+            |s| &s.timeouts,
+        ),
+        (
+            "overseer_late_replies_total",
+            "Answers that came after their poll timed out.",
+            |s| &s.late_replies,
+        ),
+        (
+            "overseer_check_panics_total",
+            "Health checks that panicked.",
+            |s| &s.panics,
+        ),
+        (
+            "overseer_executor_restarts_total",
+            "Executor actors restarted.",
+            |s| &s.restarts,
+        ),
+        (
+            "overseer_check_stalls_total",
+            "Polls of async health checks that held their thread over the limit (the check blocked it, \
+             or the machine was short of CPU); the executor's checks run on threads of their own from then on.",
+            |s| &s.stalls,
+        ),
+    ];
+    let mut families: Vec<MetricFamily> = counters
+        .into_iter()
+        .map(|(name, help, field)| {
+            family(
                 name,
                 help,
                 MetricType::COUNTER,
-                self.executors
+                executors
                     .iter()
                     .map(|(identity, stats)| {
                         counter(local(identity), field(stats).load(Ordering::Relaxed))
                     })
                     .collect(),
-            ));
-        }
-        families.push(family(
-            "overseer_checks_running",
-            "Health checks running now (at most one per executor).",
-            MetricType::GAUGE,
-            self.executors
-                .iter()
-                .map(|(identity, stats)| {
-                    gauge(
-                        local(identity),
-                        stats.checks_running.load(Ordering::Relaxed) as f64,
-                    )
-                })
-                .collect(),
-        ));
-        families.push(family(
-            "overseer_poll_duration_seconds",
-            "How long answered polls took.",
-            MetricType::HISTOGRAM,
-            self.executors
-                .iter()
-                .map(|(identity, stats)| histogram(local(identity), stats))
-                .collect(),
-        ));
+            )
+        })
+        .collect();
+    families.push(family(
+        "overseer_checks_running",
+        "Health checks running now (at most one per executor).",
+        MetricType::GAUGE,
+        executors
+            .iter()
+            .map(|(identity, stats)| {
+                gauge(
+                    local(identity),
+                    stats.checks_running.load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect(),
+    ));
+    families.push(family(
+        "overseer_poll_duration_seconds",
+        "How long answered polls took.",
+        MetricType::HISTOGRAM,
+        executors
+            .iter()
+            .map(|(identity, stats)| histogram(local(identity), stats))
+            .collect(),
+    ));
+    families
+}
 
-        let aggregator = &self.aggregator;
-        for (name, help, value) in [
-            (
-                "overseer_db_flushes_total",
-                "Verdict and heartbeat writes that committed.",
-                &aggregator.flushes,
-            ),
-            (
-                "overseer_db_flush_failures_total",
-                "Verdict and heartbeat writes that failed (kept and retried).",
-                &aggregator.flush_failures,
-            ),
-            (
-                "overseer_db_read_failures_total",
-                "Reads of the Jobs table that failed (metadatabase unhealthy).",
-                &aggregator.refresh_failures,
-            ),
-            (
-                "overseer_db_history_read_failures_total",
-                "Reads of the verdict history's latest transitions that failed or timed out \
-                 (the report goes on; since and previous wait for the next).",
-                &aggregator.history_read_failures,
-            ),
-            (
-                "overseer_history_transitions_dropped_total",
-                "Transitions of a verdict's state dropped unwritten: more waited for the \
-                 database than the history's queue holds (the oldest went first).",
-                &aggregator.transitions_dropped,
-            ),
-        ] {
-            families.push(family(
+/// The aggregator's counters: writes, reads, the history's queue, and the
+/// core actors' restarts.
+fn aggregator(aggregator: &AggregatorStats) -> Vec<MetricFamily> {
+    let counters = [
+        (
+            "overseer_db_flushes_total",
+            "Verdict and heartbeat writes that committed.",
+            &aggregator.flushes,
+        ),
+        (
+            "overseer_db_flush_failures_total",
+            "Verdict and heartbeat writes that failed (kept and retried).",
+            &aggregator.flush_failures,
+        ),
+        (
+            "overseer_db_read_failures_total",
+            "Reads of the Jobs table that failed (metadatabase unhealthy).",
+            &aggregator.refresh_failures,
+        ),
+        (
+            "overseer_db_history_read_failures_total",
+            "Reads of the verdict history's latest transitions that failed or timed out \
+             (the report goes on; since and previous wait for the next).",
+            &aggregator.history_read_failures,
+        ),
+        (
+            "overseer_history_transitions_dropped_total",
+            "Transitions of a verdict's state dropped unwritten: more waited for the \
+             database than the history's queue holds (the oldest went first).",
+            &aggregator.transitions_dropped,
+        ),
+    ];
+    let mut families: Vec<MetricFamily> = counters
+        .into_iter()
+        .map(|(name, help, value)| {
+            family(
                 name,
                 help,
                 MetricType::COUNTER,
                 vec![counter(vec![], value.load(Ordering::Relaxed))],
-            ));
-        }
-        families.push(family(
-            "overseer_actor_restarts_total",
-            "Core actors started again after they stopped or panicked.",
-            MetricType::COUNTER,
-            aggregator
-                .restarts
-                .by_actor()
-                .into_iter()
-                .map(|(actor, restarts)| counter(vec![("actor", actor.to_owned())], restarts))
-                .collect(),
-        ));
-
-        // The serving program's own.
-        for extra in &self.extra {
-            families.extend(extra.counters().into_iter().map(|c| {
-                family(
-                    c.name,
-                    c.help,
-                    MetricType::COUNTER,
-                    c.samples
-                        .into_iter()
-                        .map(|(pairs, value)| counter(pairs, value))
-                        .collect(),
-                )
-            }));
-        }
-        families
-    }
+            )
+        })
+        .collect();
+    families.push(family(
+        "overseer_actor_restarts_total",
+        "Core actors started again after they stopped or panicked.",
+        MetricType::COUNTER,
+        aggregator
+            .restarts
+            .by_actor()
+            .into_iter()
+            .map(|(actor, restarts)| counter(vec![("actor", actor.to_owned())], restarts))
+            .collect(),
+    ));
+    families
 }
+
+/// The serving program's own counters.
+fn extra(extra: &[Arc<dyn ExtraMetrics>]) -> Vec<MetricFamily> {
+    extra
+        .iter()
+        .flat_map(|extra| extra.counters())
+        .map(|c| {
+            family(
+                c.name,
+                c.help,
+                MetricType::COUNTER,
+                c.samples
+                    .into_iter()
+                    .map(|(pairs, value)| counter(pairs, value))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The evidence beside this host's verdicts (see the module's table) comes
+/// from the rows that carry a [`Detail`].
+type Detailed<'a> = (&'a ExecutorInstance, &'a Detail);
 
 /// A worker heard by its heartbeats: its labels, itself, its latest heartbeat.
 type Heard<'a> = (
@@ -349,63 +399,8 @@ type Heard<'a> = (
     &'a WorkerHeartbeat,
 );
 
-/// The gauges of the evidence beside this host's verdicts (see the module's
-/// table), from the rows that carry a [`Detail`].
-fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
-    let detailed: Vec<(&ExecutorInstance, &Detail)> = rows
-        .iter()
-        .filter_map(|i| Some((*i, i.detail.as_deref()?)))
-        .collect();
-    let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("instance", i.instance.clone().unwrap_or_default()),
-            ("broker", broker.to_owned()),
-            ("queue", queue.to_owned()),
-        ]
-    };
-    let on_queue = |i: &ExecutorInstance, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("instance", i.instance.clone().unwrap_or_default()),
-            ("queue", queue.to_owned()),
-        ]
-    };
-    let queue_gauge = |value: fn(&QueueDetail) -> Option<f64>| {
-        detailed
-            .iter()
-            .flat_map(|(i, detail)| {
-                detail
-                    .queues
-                    .iter()
-                    .filter_map(move |q| Some(gauge(on_broker(i, &q.broker, &q.name), value(q)?)))
-            })
-            .collect()
-    };
-    // Per queue: each queue with task instances queued, and each configured
-    // queue with none (known to be empty, so 0 rather than no sample).
-    let queued: Vec<(&ExecutorInstance, &str, Option<&QueuedOnQueue>)> = detailed
-        .iter()
-        .filter_map(|(i, detail)| Some((*i, *detail, detail.queued_tasks.as_ref()?)))
-        .flat_map(|(i, detail, tasks)| {
-            let mut by_queue: BTreeMap<&str, Option<&QueuedOnQueue>> = detail
-                .queues
-                .iter()
-                .map(|q| (q.name.as_str(), None))
-                .collect();
-            by_queue.extend(tasks.queues.iter().map(|q| (q.queue.as_str(), Some(q))));
-            by_queue
-                .into_iter()
-                .map(move |(queue, tasks)| (i, queue, tasks))
-        })
-        .collect();
-    let queued_gauge = |value: fn(Option<&QueuedOnQueue>) -> Option<f64>| {
-        queued
-            .iter()
-            .filter_map(|(i, queue, tasks)| Some(gauge(on_queue(i, queue), value(*tasks)?)))
-            .collect()
-    };
-    // Per worker heard by its heartbeats.
+/// Per worker heard by its heartbeats: up, its active and processed tasks.
+fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
     let heard: Vec<Heard> = detailed
         .iter()
         .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
@@ -449,6 +444,31 @@ fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
                 .filter_map(|(pairs, _, h)| Some(counter(pairs.clone(), h.processed?)))
                 .collect(),
         ),
+    ]
+}
+
+/// Per queue on each broker: its depth and its consumers.
+fn queues(detailed: &[Detailed]) -> Vec<MetricFamily> {
+    let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
+        vec![
+            ("executor", i.executor.clone().unwrap_or_default()),
+            ("instance", i.instance.clone().unwrap_or_default()),
+            ("broker", broker.to_owned()),
+            ("queue", queue.to_owned()),
+        ]
+    };
+    let queue_gauge = |value: fn(&QueueDetail) -> Option<f64>| {
+        detailed
+            .iter()
+            .flat_map(|(i, detail)| {
+                detail
+                    .queues
+                    .iter()
+                    .filter_map(move |q| Some(gauge(on_broker(i, &q.broker, &q.name), value(q)?)))
+            })
+            .collect()
+    };
+    vec![
         family(
             "overseer_queue_depth",
             "Messages waiting in the queue on the broker, at this host's latest check of the executor.",
@@ -461,6 +481,41 @@ fn evidence(rows: &[&ExecutorInstance]) -> Vec<MetricFamily> {
             MetricType::GAUGE,
             queue_gauge(|q| q.consumers.map(f64::from)),
         ),
+    ]
+}
+
+/// Per queue: each queue with task instances queued, and each configured
+/// queue with none (known to be empty, so 0 rather than no sample).
+fn queued_tasks(detailed: &[Detailed]) -> Vec<MetricFamily> {
+    let on_queue = |i: &ExecutorInstance, queue: &str| {
+        vec![
+            ("executor", i.executor.clone().unwrap_or_default()),
+            ("instance", i.instance.clone().unwrap_or_default()),
+            ("queue", queue.to_owned()),
+        ]
+    };
+    let queued: Vec<(&ExecutorInstance, &str, Option<&QueuedOnQueue>)> = detailed
+        .iter()
+        .filter_map(|(i, detail)| Some((*i, *detail, detail.queued_tasks.as_ref()?)))
+        .flat_map(|(i, detail, tasks)| {
+            let mut by_queue: BTreeMap<&str, Option<&QueuedOnQueue>> = detail
+                .queues
+                .iter()
+                .map(|q| (q.name.as_str(), None))
+                .collect();
+            by_queue.extend(tasks.queues.iter().map(|q| (q.queue.as_str(), Some(q))));
+            by_queue
+                .into_iter()
+                .map(move |(queue, tasks)| (i, queue, tasks))
+        })
+        .collect();
+    let queued_gauge = |value: fn(Option<&QueuedOnQueue>) -> Option<f64>| {
+        queued
+            .iter()
+            .filter_map(|(i, queue, tasks)| Some(gauge(on_queue(i, queue), value(*tasks)?)))
+            .collect()
+    };
+    vec![
         family(
             "overseer_queued_tasks",
             "Task instances Airflow holds in state queued for the executor, on the queue.",
@@ -560,10 +615,7 @@ pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
         "overseer_stream_clients",
         "Server-Sent Events clients connected now (at most api.max_stream_clients).",
         MetricType::GAUGE,
-        vec![gauge(
-            vec![],
-            state.open_streams.load(Ordering::Relaxed) as f64,
-        )],
+        vec![gauge(vec![], state.stream_places.open() as f64)],
     ));
     families.retain(|f| !f.get_metric().is_empty());
     if let Err(e) = encoder.encode(&families, &mut body) {

@@ -6,7 +6,6 @@ mod support;
 
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix_web::body::MessageBody;
@@ -479,7 +478,7 @@ async fn a_large_report_goes_out_in_bounded_pieces_of_one_shared_copy() {
 async fn a_client_too_far_behind_is_dropped_and_its_place_comes_back() {
     tokio::time::pause();
     let harness = Harness::new(fleet_report(300), 1);
-    let open = harness.state.open_streams.clone();
+    let places = harness.state.stream_places.clone();
     let app = app!(harness.state);
     let response = test::call_service(
         &app,
@@ -494,7 +493,7 @@ async fn a_client_too_far_behind_is_dropped_and_its_place_comes_back() {
     tokio::time::advance(overseer_api::health::STREAM_LAG_LIMIT + Duration::from_secs(1)).await;
     assert_eq!(next_chunk(&mut body).await, None, "the stream ended");
     drop(body);
-    assert_eq!(open.load(Ordering::Acquire), 0, "its place came back");
+    assert_eq!(places.open(), 0, "its place came back");
 }
 
 #[actix_web::test]

@@ -161,46 +161,40 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// `struct timeval` and `struct rusage` of 64-bit Linux, for [`own_cpu_seconds`].
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-mod rusage {
-    #[repr(C)]
-    pub struct Timeval {
-        pub sec: i64,
-        pub usec: i64,
-    }
-
-    #[repr(C)]
-    pub struct Rusage {
-        pub utime: Timeval,
-        pub stime: Timeval,
-        /// maxrss, ixrss, ... nivcsw: not read.
-        pub rest: [i64; 14],
-    }
-
-    /// `RUSAGE_SELF`: this process, all its threads, live or ended.
-    pub const SELF: i32 = 0;
-
-    unsafe extern "C" {
-        pub fn getrusage(who: i32, usage: *mut Rusage) -> i32;
-    }
-}
-
 /// CPU seconds this process has used, to the microsecond (`getrusage`), where
 /// `/proc` counts in 10 ms ticks: the scenarios' small CPU figures need it.
 pub fn own_cpu_seconds() -> f64 {
-    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    #[cfg(unix)]
     {
-        let mut usage = rusage::Rusage {
-            utime: rusage::Timeval { sec: 0, usec: 0 },
-            stime: rusage::Timeval { sec: 0, usec: 0 },
-            rest: [0; 14],
-        };
-        // SAFETY: `usage` is a valid, writable `struct rusage` of this platform's layout.
-        if unsafe { rusage::getrusage(rusage::SELF, &mut usage) } == 0 {
-            let seconds = |t: &rusage::Timeval| t.sec as f64 + t.usec as f64 / 1e6;
-            return seconds(&usage.utime) + seconds(&usage.stime);
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: getrusage writes one `struct rusage` through a valid pointer;
+        // it is read only if the call succeeded.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0 {
+            // SAFETY: getrusage succeeded, so it wrote the whole struct.
+            let usage = unsafe { usage.assume_init() };
+            let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            return seconds(usage.ru_utime) + seconds(usage.ru_stime);
         }
     }
     cpu_seconds(std::process::id()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_cpu_seconds_count_the_work_this_process_does() {
+        let before = super::own_cpu_seconds();
+        // Work, a bounded amount, until the counter moves: getrusage counts to
+        // the microsecond, so it moves after the first rounds.
+        let mut x = 0u64;
+        for _ in 0..10_000 {
+            if super::own_cpu_seconds() > before {
+                break;
+            }
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert!(super::own_cpu_seconds() > before, "{before}");
+    }
 }

@@ -373,8 +373,9 @@ async fn a_program_that_cannot_be_run_is_unhealthy() {
     );
 }
 
-/// A probe that hangs is killed at the check's deadline, inside the poll
-/// timeout, with the process it started; it is reaped before the check answers.
+/// A probe that hangs is killed at the check's own deadline (900 ms, inside the
+/// poll timeout: the verdict names it), with the process it started; it is
+/// reaped before the check answers.
 #[tokio::test]
 async fn a_command_that_hangs_is_killed_with_its_children_and_reaped() {
     let dir = tempfile::tempdir().unwrap();
@@ -385,16 +386,10 @@ async fn a_command_that_hangs_is_killed_with_its_children_and_reaped() {
     let poll_timeout = Duration::from_millis(1000);
 
     for _ in 0..3 {
-        let started = Instant::now();
         let health = verdict(&argv(&[program]), poll_timeout).await;
-        let took = started.elapsed();
         assert_eq!(
             health,
             ExecutorHealth::unhealthy(format!("check command {program} timed out after 900ms"))
-        );
-        assert!(
-            took >= Duration::from_millis(900) && took < poll_timeout,
-            "answered after {took:?}"
         );
         // The script was reaped before the answer: no zombie of ours, at once.
         assert_eq!(our_zombies(), Vec::<u32>::new());
@@ -433,18 +428,14 @@ async fn a_check_dropped_mid_run_leaves_no_process_and_no_zombie() {
     }
 }
 
-/// A probe that exits but leaves a process holding its output answers within
-/// a moment of its exit, and what it left is killed.
+/// A probe that exits but leaves a process holding its output answers with
+/// its own verdict at its exit (not the deadline's `timed out`, which waiting
+/// for the process left, a `sleep` of hours, would give), and what it left is
+/// killed.
 #[tokio::test]
 async fn a_probe_that_leaves_a_process_behind_answers_at_once() {
     let marker = marker();
-    let started = Instant::now();
     let health = run_script(&format!("sleep {marker} &\necho 'left one behind'\nexit 1")).await;
     assert_eq!(health, ExecutorHealth::unhealthy("left one behind"));
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
     assert_nothing_left(&marker).await;
 }

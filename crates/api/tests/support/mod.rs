@@ -271,8 +271,7 @@ impl Harness {
             reports: reports_rx.clone(),
             metrics: Arc::new(Metrics::new(Vec::new(), Arc::default(), reports_rx)),
             shutdown: shutdown_rx,
-            max_stream_clients,
-            open_streams: Arc::default(),
+            stream_places: overseer_api::health::StreamPlaces::new(max_stream_clients),
             frame_ancestors: Default::default(),
             history: None,
         };

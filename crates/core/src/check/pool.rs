@@ -28,6 +28,31 @@
 //! Paused-time tests cannot use threads of their own (their clock would not
 //! follow): [`AsyncChecks::tasks_of`] runs checks as plain tasks of a runtime.
 //!
+//! # Why a pool of its own
+//!
+//! Overseer runs checks it did not write, and must keep answering for the
+//! others when one hangs. What it needs: a bounded number of threads for the
+//! checks that only wait (thousands of them on [`CHECK_THREADS`]), a check
+//! that blocks never holding up the others, and a hung one never piling up
+//! threads (one per executor at most, with the supervisor's in-flight guard).
+//! What tokio offers instead:
+//!
+//! - async checks as tasks of a runtime (the actors' or one of their own): a
+//!   check that blocks holds its worker thread, tokio neither notices nor
+//!   replaces it, and as many blocking checks as the runtime has workers stop
+//!   every other check;
+//! - every check on `spawn_blocking` (a `block_on` inside): a thread per check
+//!   run, so the blocking pool grows with the checks in flight, up to 512
+//!   threads (tokio's default `max_blocking_threads`), past which the next runs
+//!   queue behind whatever holds those threads, hung checks among them; and a
+//!   closure it started cannot be cancelled, nor its thread taken back.
+//!
+//! The pool polls what waits on its few threads, and only a check found
+//! blocking costs a thread of its own, for as long as it blocks. The stress
+//! tests in `pool/tests.rs` hold it to that: many checks, wakes from threads
+//! outside the pool, the pool stopped during polls; each answers (or is
+//! cancelled) exactly once, on no more threads than the pool's.
+//!
 //! [`CHECK_THREADS`]: crate::overseer::CHECK_THREADS
 
 use std::collections::{HashMap, VecDeque};
@@ -252,7 +277,8 @@ impl CheckThreads {
     /// Stops the pool and the watchdog, drops every check not being polled
     /// (queued, or waiting for a wake), and shuts the IO runtime down without
     /// waiting: a check blocked in a poll keeps its thread, and nothing waits
-    /// for it.
+    /// for it. A check being polled meanwhile is dropped when that poll ends,
+    /// unless it answered.
     pub(crate) fn shutdown_background(self) {
         let queued = {
             let mut queue = lock(&self.pool.queue);

@@ -117,7 +117,17 @@ impl Task {
             lock(&self.pool.live).insert(self.key(), self.clone());
         }
         match self.state.compare_exchange(RUNNING, IDLE, SeqCst, SeqCst) {
-            Ok(_) => Settled::Waiting,
+            Ok(_) => {
+                // The pool may have stopped during this poll, after it
+                // cancelled the tasks it held: then nothing else would cancel
+                // this one, and its check would wait for ever, answering
+                // nothing. (Before the stop, it was in `live` for the pool to
+                // cancel.)
+                if lock(&self.pool.queue).stopped {
+                    self.cancel();
+                }
+                Settled::Waiting
+            }
             Err(_) => {
                 self.state.store(SCHEDULED, SeqCst);
                 Settled::Again
@@ -127,7 +137,8 @@ impl Task {
 }
 
 impl Task {
-    /// Drops its check unless a thread is polling it (the pool stopped).
+    /// Drops its check unless a thread is polling it (the pool stopped), and
+    /// lets go of it if the pool held it.
     pub(super) fn cancel(&self) {
         for from in [IDLE, SCHEDULED] {
             if self
@@ -137,6 +148,10 @@ impl Task {
             {
                 let check = lock(&self.future).take();
                 drop(check);
+                if self.waits.load(SeqCst) {
+                    let held = lock(&self.pool.live).remove(&self.key());
+                    drop(held);
+                }
                 // A thread of its own, parked until a wake, sees it done.
                 if let Some(thread) = &*lock(&self.home) {
                     thread.unpark();
