@@ -35,7 +35,7 @@ use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
 use crate::redis::RedisCheck;
 use crate::tls::Verification;
 use crate::url::{Broker, BrokerUrl, RedisAddress, TlsOptions, Transport};
-use crate::verdict::verdict;
+use crate::verdict::{verdict, workers_not_counted};
 
 /// The longest queue name AMQP can carry (a short string).
 const AMQP_NAME_MAX: usize = 255;
@@ -305,13 +305,21 @@ impl CeleryCheck {
             .events
             .as_ref()
             .and_then(|events| events.workers());
-        let (health, reason) = verdict(
+        let (health, mut reason) = verdict(
             &brokers,
             workers.as_ref(),
             heard.as_deref(),
             window,
             settings.min_workers,
         );
+        if health == ExecutorHealth::Healthy
+            && settings.min_workers > 0
+            && workers.is_none()
+            && heard.is_none()
+            && let Some(why) = self.inner.events.as_ref().and_then(|e| e.unheard())
+        {
+            reason = Some(workers_not_counted(reason, &why));
+        }
         Probe {
             health,
             reason,

@@ -23,6 +23,11 @@
 //!   until it speaks again: a subscription that drops and comes back neither
 //!   blames a worker for heartbeats it could not hear nor forgets one already
 //!   found gone.
+//!
+//! A broker that cannot be subscribed to at all (a Redis older than 6 has no
+//! RESP3, so no pushes) is said so ([`WorkerEvents::cannot_listen`]): the
+//! verdict then notes that the workers are not counted, and why, rather than
+//! leave `min_workers` silently unjudged.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -227,6 +232,8 @@ struct Inner {
     listening: BTreeMap<usize, Instant>,
     /// Whether a subscription was ever up for [`WARM_UP`].
     warmed: bool,
+    /// Why each broker that cannot be subscribed to cannot, by index.
+    cannot: BTreeMap<usize, String>,
 }
 
 impl WorkerEvents {
@@ -236,7 +243,25 @@ impl WorkerEvents {
 
     /// Broker `index`'s subscription is up.
     pub(crate) fn listening(&self, index: usize) {
-        self.lock().listening.insert(index, Instant::now());
+        let mut inner = self.lock();
+        inner.listening.insert(index, Instant::now());
+        inner.cannot.remove(&index);
+    }
+
+    /// Broker `index` cannot be subscribed to, for a reason that retrying
+    /// will not change (`why`, naming the broker).
+    pub(crate) fn cannot_listen(&self, index: usize, why: String) {
+        self.lock().cannot.insert(index, why);
+    }
+
+    /// Why the workers cannot be heard, while nothing can be said of them and
+    /// a broker cannot be subscribed to.
+    pub(crate) fn unheard(&self) -> Option<String> {
+        let inner = self.lock();
+        if inner.warmed {
+            return None;
+        }
+        inner.cannot.values().next().cloned()
     }
 
     /// Broker `index`'s subscription dropped.

@@ -574,6 +574,7 @@ impl BrokerProbe for RedisCheck {
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>) {
         let pattern = format!("/{}.{}/worker.*", self.db, events::EXCHANGE);
         let mut retry = Retry::new();
+        let mut told = false;
         loop {
             let ended = Arc::new(Notify::new());
             let sink = EventSink {
@@ -593,6 +594,23 @@ impl BrokerProbe for RedisCheck {
             };
             let mut conn = match subscribed.await {
                 Ok(conn) => conn,
+                Err(reason) if no_resp3(&reason) => {
+                    // A Redis older than 6: it never will; said once, and
+                    // asked again only at the longest back-off.
+                    if !told {
+                        told = true;
+                        tracing::warn!(broker = %self.identity, %reason, "the broker cannot send the workers' heartbeats (they need RESP3: Redis 6 or later); min_workers needs worker_ping = true on it");
+                    }
+                    events.cannot_listen(
+                        index,
+                        format!(
+                            "broker {} cannot send the workers' heartbeats (it does not speak RESP3: Redis 6 or later)",
+                            self.identity
+                        ),
+                    );
+                    retry.wait(Duration::ZERO).await;
+                    continue;
+                }
                 Err(reason) => {
                     tracing::debug!(broker = %self.identity, %reason, "could not subscribe to the workers' events");
                     retry.wait(Duration::ZERO).await;
@@ -620,6 +638,12 @@ impl BrokerProbe for RedisCheck {
             retry.wait(connected.elapsed()).await;
         }
     }
+}
+
+/// Whether a connection failed because the server has no `HELLO`, so no
+/// RESP3 and no pushes (Redis before 6 answers `unknown command 'HELLO'`).
+fn no_resp3(reason: &str) -> bool {
+    reason.contains("unknown command") && reason.to_ascii_uppercase().contains("HELLO")
 }
 
 /// Where a subscription's pushes go: each `pmessage` that is a worker event

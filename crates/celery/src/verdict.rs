@@ -5,7 +5,9 @@
 //!   the ping, fewer workers alive by their heartbeats: `unhealthy`, naming
 //!   those gone or offline;
 //! - a worker answered the ping but consumes no queue at all: `unhealthy`, naming it;
-//! - else `healthy`, noting the failover brokers that did not answer, if any.
+//! - else `healthy`, noting the failover brokers that did not answer, if any,
+//!   and, when `min_workers` cannot be judged because no heartbeat can be heard
+//!   and there is no ping, why ([`workers_not_counted`]).
 //!
 //! Every reason and note goes through [`overseer_core::reason`]: a server's
 //! error text is one line, a failover list of many brokers names a few and
@@ -33,6 +35,16 @@ pub(crate) fn verdict(
         reason::sanitise_verdict(health),
         reason.map(|reason| reason::sanitise(&reason)),
     )
+}
+
+/// A healthy verdict's note (`note`, if any, first) when `min_workers` cannot
+/// be judged: no ping, and the workers' heartbeats cannot be heard (`why`).
+pub(crate) fn workers_not_counted(note: Option<String>, why: &str) -> String {
+    let said = format!("workers not counted: {why}; min_workers needs worker_ping = true there");
+    reason::sanitise(&match note {
+        Some(note) => format!("{note}; {said}"),
+        None => said,
+    })
 }
 
 /// The rules of the module's doc, on the brokers' and workers' answers.

@@ -6,7 +6,9 @@
 //! - SIGKILLed with no task waiting and `min_workers = 1`, the verdict turns
 //!   unhealthy naming it, from the silence of its heartbeats alone;
 //! - stopped cleanly, it is `offline` at once, and named so (on RabbitMQ its
-//!   last event may be lost with its connection: it is then gone by silence).
+//!   last event may be lost with its connection: it is then gone by silence);
+//! - frozen while tasks arrive, never healthy until thawed, the broker never blamed;
+//! - on a Redis that cannot push (no RESP3), the workers are said not counted.
 //!
 //! Each test has a broker of its own (a throwaway Redis, a RabbitMQ virtual
 //! host of its own), so no other test's worker is heard.
@@ -225,4 +227,33 @@ async fn rabbitmq_a_worker_is_followed_by_its_heartbeats() {
         Err(e) => return overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e).unwrap_or(()),
     };
     a_worker_is_followed_by_its_heartbeats(&vhost.url(), false).await;
+}
+
+/// A Redis that cannot send pushes (before 6 it has no RESP3; here a Redis 7
+/// with `HELLO` renamed away, which answers as Redis 5 does) cannot be
+/// subscribed to: with `min_workers = 1` and no ping, nothing can judge the
+/// minimum, and the healthy verdict says so and why, poll after poll, rather
+/// than leave it silently unjudged.
+#[tokio::test]
+async fn a_redis_without_resp3_says_the_workers_are_not_counted() {
+    let Some(broker) = ThrowawayRedis::start(&["--rename-command", "HELLO", ""]) else {
+        return;
+    };
+    let url = broker.url(None, 0);
+    let check = check(&url, &support::unique_name("overseer-ev"));
+    let said = format!(
+        "workers not counted: broker {url} cannot send the workers' heartbeats \
+         (it does not speak RESP3: Redis 6 or later); min_workers needs worker_ping = true there"
+    );
+    let (health, probe, _) = poll_until(&check, "the note says why", |_, p| {
+        p.reason.as_deref() == Some(said.as_str())
+    })
+    .await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.heartbeats, None, "{probe:?}");
+    // It stays said, past what a listening subscription would take to warm up.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.reason.as_deref(), Some(said.as_str()), "{probe:?}");
 }
