@@ -12,11 +12,13 @@
 //!    queue; `add_consumer default` makes it healthy again.
 //! 2. **Frozen** (SIGSTOP to its whole process group) while a task arrives every
 //!    second: both services turn unhealthy and, sampled every 250 ms until
-//!    SIGCONT, never read healthy and never blame the broker. On Redis the broker
-//!    then stalls for 2.5 s (`CLIENT PAUSE`: two polls time out) mid-outage; once
-//!    it answers again the verdicts still never read healthy while the worker is
-//!    frozen, and the reason is the worker's again. Thawed, it drains the queue
-//!    and both services are healthy.
+//!    SIGCONT, never read healthy and never blame the broker. Then the broker
+//!    stalls for 2.5 s mid-outage, so that two polls time out: on Redis the
+//!    server itself (`CLIENT PAUSE`), on RabbitMQ the network between the
+//!    services and it (a relay of the test's that stops carrying; the worker
+//!    connects directly). Once it answers again the verdicts still never read
+//!    healthy while the worker is frozen, and the reason is the worker's again.
+//!    Thawed, it drains the queue and both services are healthy.
 //! 3. **Killed** (SIGKILL to the whole group) with no task waiting: the
 //!    heartbeat-only service is unhealthy naming the worker and stays so.
 //!
@@ -38,6 +40,7 @@ use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::Value;
 use support::airflow::{clean_command, signal};
 use support::procs::read;
+use support::stall::StallRelay;
 use support::{Serving, celery, health, overseer, workdir};
 
 /// How often the services poll; the ping's window is a third of 90 % of the
@@ -170,13 +173,13 @@ fn keep_sending(airflow: &AirflowEnv) -> Group {
     sender
 }
 
-/// `overseer serve` on Airflow's variables, with `min_workers = 1` and
-/// `worker_ping` as given.
-fn serve(airflow: &AirflowEnv, dir: &Path, worker_ping: bool) -> Serving {
+/// `overseer serve` on Airflow's variables (the broker at `broker_url`), with
+/// `min_workers = 1` and `worker_ping` as given.
+fn serve(broker_url: &str, dir: &Path, worker_ping: bool) -> Serving {
     Serving::start(
         overseer(dir)
             .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", &airflow.broker_url)
+            .env("AIRFLOW__CELERY__BROKER_URL", broker_url)
             .env("OVERSEER_SUPERVISOR__POLL_INTERVAL", POLL_INTERVAL)
             .env("OVERSEER_SUPERVISOR__POLL_TIMEOUT", POLL_TIMEOUT)
             .env("OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL", "500ms")
@@ -318,9 +321,34 @@ fn stall_redis(port: u16, span: Duration) {
     );
 }
 
-/// The three faults of the module's doc, one worker on `broker_url`; `stall`,
-/// the Redis port to pause mid-outage.
-fn three_faults(venv: PathBuf, broker_url: String, stall: Option<u16>) {
+/// How the broker is stalled mid-outage, as the services see it.
+enum Stall {
+    /// The Redis on this port pauses every client (`CLIENT PAUSE`).
+    Redis(u16),
+    /// The services reach the broker through this relay, which stops carrying.
+    Relay(StallRelay),
+}
+
+impl Stall {
+    /// The broker's URL for the services: through the relay, if any.
+    fn url(&self, broker_url: &str, server: &str) -> String {
+        match self {
+            Self::Redis(_) => broker_url.to_owned(),
+            Self::Relay(relay) => broker_url.replace(server, &format!("127.0.0.1:{}", relay.port)),
+        }
+    }
+
+    fn stall_for(&self, span: Duration) {
+        match self {
+            Self::Redis(port) => stall_redis(*port, span),
+            Self::Relay(relay) => relay.stall_for(span),
+        }
+    }
+}
+
+/// The three faults of the module's doc, one worker on `broker_url` (at
+/// `server`, `host:port`), the broker stalled mid-outage by `stall`.
+fn three_faults(venv: PathBuf, broker_url: String, server: &str, stall: Stall) {
     let airflow = AirflowEnv {
         venv,
         home: tempfile::Builder::new()
@@ -333,8 +361,9 @@ fn three_faults(venv: PathBuf, broker_url: String, stall: Option<u16>) {
     let node = format!("{}@overseer-test", overseer_testkit::unique_name("aw"));
     let worker = start_worker(&airflow, &node);
     let (heartbeats_dir, ping_dir) = (workdir(), workdir());
-    let heartbeats = serve(&airflow, heartbeats_dir.path(), false);
-    let pinging = serve(&airflow, ping_dir.path(), true);
+    let watched = stall.url(&airflow.broker_url, server);
+    let heartbeats = serve(&watched, heartbeats_dir.path(), false);
+    let pinging = serve(&watched, ping_dir.path(), true);
     until(&heartbeats, "heartbeats: the worker heard, healthy", |i| {
         i["health"] == "healthy" && heard_as(i, &node, "online")
     });
@@ -388,31 +417,31 @@ fn three_faults(venv: PathBuf, broker_url: String, stall: Option<u16>) {
     };
     let readings = hold_unhealthy(services, HOLD, blamed);
     assert!(readings.len() >= 20, "{readings:?}");
-    if let Some(port) = stall {
-        // Two polls time out mid-outage: while the broker stalls, any reason is
-        // true; after it, the worker's fault reads as before, and never healthy.
-        let stall = Duration::from_millis(2500);
-        stall_redis(port, stall);
-        let stalled = Instant::now();
-        let mut readings = hold_unhealthy(services, stall, |_, _| {});
-        let took = until_each(
-            services,
-            stalled,
-            "both blame the worker again after the stall",
-            |name, i| blames_the_worker(name, &node, i),
-            |name, now| {
-                unhealthy(name, now);
-                readings.push(reason(now).to_owned());
-            },
-        );
-        eprintln!("from the stall's start, the worker blamed again after {took:?}");
-        // The stall was real: polls went unanswered.
-        assert!(
-            readings.iter().any(|r| r.contains("did not answer")),
-            "{readings:?}"
-        );
-        hold_unhealthy(services, HOLD, blamed);
-    }
+    // Two polls time out mid-outage: while the broker stalls, any reason is
+    // true; after it, the worker's fault reads as before, and never healthy.
+    let span = Duration::from_millis(2500);
+    stall.stall_for(span);
+    let stalled = Instant::now();
+    let mut readings = hold_unhealthy(services, span, |_, _| {});
+    let took = until_each(
+        services,
+        stalled,
+        "both blame the worker again after the stall",
+        |name, i| blames_the_worker(name, &node, i),
+        |name, now| {
+            unhealthy(name, now);
+            readings.push(reason(now).to_owned());
+        },
+    );
+    eprintln!("from the stall's start, the worker blamed again after {took:?}");
+    // The stall was real: polls went unanswered.
+    assert!(
+        readings
+            .iter()
+            .any(|r| r.contains("did not answer") || r.contains("no reply within")),
+        "{readings:?}"
+    );
+    hold_unhealthy(services, HOLD, blamed);
     worker.signal("CONT");
     until_each(
         services,
@@ -461,7 +490,13 @@ fn redis_an_airflow_celery_worker_cancelled_frozen_and_killed_is_unhealthy_throu
     let Some(broker) = ThrowawayRedis::start(&[]) else {
         return;
     };
-    three_faults(venv, broker.url(None, 0), Some(broker.port));
+    let server = format!("127.0.0.1:{}", broker.port);
+    three_faults(
+        venv,
+        broker.url(None, 0),
+        &server,
+        Stall::Redis(broker.port),
+    );
 }
 
 #[test]
@@ -471,5 +506,7 @@ fn rabbitmq_an_airflow_celery_worker_cancelled_frozen_and_killed_is_unhealthy_th
         Ok(vhost) => vhost,
         Err(e) => return overseer_testkit::unavailable("RabbitMQ (rabbitmqctl)", e).unwrap_or(()),
     };
-    three_faults(venv, vhost.url(), None);
+    let server = overseer_testkit::rabbitmq::ADDRESS;
+    let relay = StallRelay::start(server.parse().expect("an address"));
+    three_faults(venv, vhost.url(), server, Stall::Relay(relay));
 }

@@ -5,6 +5,7 @@
 pub mod airflow;
 pub mod browser;
 pub mod procs;
+pub mod stall;
 
 use std::path::Path;
 use std::process::{Command, Output};
