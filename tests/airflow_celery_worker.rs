@@ -130,19 +130,7 @@ impl Drop for Group {
 /// `airflow celery worker` as node `node`, consuming `default`, until ready.
 fn start_worker(airflow: &AirflowEnv, node: &str) -> Group {
     let mut command = airflow.command(airflow.venv.join("bin/airflow"));
-    command.args([
-        "celery",
-        "worker",
-        "--concurrency",
-        "1",
-        "--queues",
-        "default",
-        "--skip-serve-logs",
-        "--celery-hostname",
-        node,
-        "--without-gossip",
-        "--without-mingle",
-    ]);
+    command.args(support::airflow::celery_worker_args(node));
     let worker = Group::spawn(command, airflow.home.path().join("worker.log"));
     wait("the Airflow Celery worker says it is ready", || {
         read(&worker.log)

@@ -1100,19 +1100,7 @@ impl Run {
     /// Starts `airflow celery worker` (one pool process, queue `default`, no log server),
     /// in a process group of its own, and waits until Celery says it is ready.
     fn start_worker(&mut self) {
-        let command = self.airflow(&[
-            "celery",
-            "worker",
-            "--concurrency",
-            "1",
-            "--queues",
-            "default",
-            "--skip-serve-logs",
-            "--celery-hostname",
-            "overseer-interop@%h",
-            "--without-gossip",
-            "--without-mingle",
-        ]);
+        let command = self.airflow(&support::airflow::celery_worker_args("overseer-interop@%h"));
         self.start_group(WORKER, command);
         let log = self.log_path(WORKER);
         self.wait_until("the Celery worker is ready", RUN_DEADLINE, || {

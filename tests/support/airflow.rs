@@ -365,6 +365,25 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// The arguments of `airflow celery worker` as the tests run it, node
+/// `hostname`: one pool process, queue `default`, no log server, no gossip
+/// or mingle (quiet beside other tests' workers).
+pub fn celery_worker_args(hostname: &str) -> [&str; 11] {
+    [
+        "celery",
+        "worker",
+        "--concurrency",
+        "1",
+        "--queues",
+        "default",
+        "--skip-serve-logs",
+        "--celery-hostname",
+        hostname,
+        "--without-gossip",
+        "--without-mingle",
+    ]
+}
+
 /// `kill -SIGNAL target` (a pid, or `-pgid` for a whole group).
 pub fn signal(target: &str, signal: &str) {
     let _ = Command::new("kill")

@@ -198,6 +198,26 @@ impl Seen {
     /// Whether every check was dropped exactly once. A check answers from
     /// inside its last poll and is dropped just after, so this waits
     /// (boundedly) for the last drops.
+    /// Every check finished and was dropped once, never polled twice at once
+    /// nor after it finished, on no thread but the pool's two, unless the
+    /// watchdog gave one away (a poll held up past the limit on a machine
+    /// short of CPU), each counted as a stall of `executor`.
+    fn each_once_on_two_threads(&self, executor: &Watched) {
+        assert!(Self::all_once(&self.finished), "each finished once");
+        assert!(self.all_dropped_once(), "each dropped once");
+        assert_eq!(
+            self.wrong.load(SeqCst),
+            0,
+            "polled twice at once or after it finished"
+        );
+        let stalls = executor.stats.stalls.load(SeqCst) as usize;
+        let polled_on = lock(&self.threads).len();
+        assert!(
+            polled_on <= 2 + stalls,
+            "{polled_on} threads, {stalls} stalls"
+        );
+    }
+
     fn all_dropped_once(&self) -> bool {
         settled(|| self.dropped.iter().all(|n| n.load(SeqCst) > 0));
         Self::all_once(&self.dropped)
@@ -304,21 +324,7 @@ fn ten_thousand_checks_each_answer_once_on_the_pool_s_threads() {
         .collect();
     let answers = outcomes(waiting);
     assert!(answers.iter().enumerate().all(|(i, a)| *a == Ok(i)));
-    assert!(Seen::all_once(&seen.finished), "each finished once");
-    assert!(seen.all_dropped_once(), "each dropped once");
-    assert_eq!(
-        seen.wrong.load(SeqCst),
-        0,
-        "polled twice at once or after it finished"
-    );
-    // No thread but the pool's, unless the watchdog gave one away (a poll held
-    // up past the limit on a machine short of CPU), each counted as a stall.
-    let stalls = executor.stats.stalls.load(SeqCst) as usize;
-    let polled_on = lock(&seen.threads).len();
-    assert!(
-        polled_on <= 2 + stalls,
-        "{polled_on} threads, {stalls} stalls"
-    );
+    seen.each_once_on_two_threads(&executor);
     settled(|| lock(&threads.pool.live).is_empty());
     assert!(
         lock(&threads.pool.live).is_empty(),
@@ -363,19 +369,7 @@ fn checks_woken_from_threads_outside_the_pool_answer_once_each() {
     drop(wakers);
     let answers = outcomes(waiting);
     assert!(answers.iter().all(|a| *a == Ok(7)));
-    assert!(Seen::all_once(&seen.finished), "each finished once");
-    assert!(seen.all_dropped_once(), "each dropped once");
-    assert_eq!(
-        seen.wrong.load(SeqCst),
-        0,
-        "polled twice at once or after it finished"
-    );
-    let stalls = executor.stats.stalls.load(SeqCst) as usize;
-    let polled_on = lock(&seen.threads).len();
-    assert!(
-        polled_on <= 2 + stalls,
-        "{polled_on} threads, {stalls} stalls"
-    );
+    seen.each_once_on_two_threads(&executor);
     for thread in wakers_threads {
         thread.join().unwrap();
     }
