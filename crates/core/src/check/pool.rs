@@ -103,6 +103,19 @@ enum Runner {
     Pool(Arc<Shared>),
     /// As plain tasks of a tokio runtime, unwatched.
     Tasks(tokio::runtime::Handle),
+    /// Each run on the runtime's blocking threads, a `block_on` inside:
+    /// `overseer-bench`'s comparison only.
+    SpawnBlocking(tokio::runtime::Handle),
+}
+
+impl std::fmt::Debug for AsyncChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Runner::Pool(_) => "AsyncChecks::Pool",
+            Runner::Tasks(_) => "AsyncChecks::Tasks",
+            Runner::SpawnBlocking(_) => "AsyncChecks::SpawnBlocking",
+        })
+    }
 }
 
 impl AsyncChecks {
@@ -111,6 +124,15 @@ impl AsyncChecks {
     /// blocks stalls that runtime.
     pub fn tasks_of(runtime: tokio::runtime::Handle) -> Self {
         Self(Runner::Tasks(runtime))
+    }
+
+    /// Runs every check as `spawn_blocking(move || handle.block_on(check))` on
+    /// `runtime`: a thread per check run, up to the runtime's
+    /// `max_blocking_threads`, unwatched. It exists for `overseer-bench --only
+    /// pool`, which measures the pool against it (see the header); not for use.
+    #[doc(hidden)]
+    pub fn spawn_blocking_on(runtime: tokio::runtime::Handle) -> Self {
+        Self(Runner::SpawnBlocking(runtime))
     }
 
     /// Starts `check`: on the pool, or on a thread of its own if `executor`'s
@@ -149,6 +171,10 @@ impl AsyncChecks {
             }
             Runner::Tasks(runtime) => {
                 runtime.spawn(guarded);
+            }
+            Runner::SpawnBlocking(runtime) => {
+                let handle = runtime.clone();
+                runtime.spawn_blocking(move || handle.block_on(guarded));
             }
         }
         async move {
