@@ -54,6 +54,28 @@ const ANSWERED: f64 = 0.9;
 /// The hung workload's first and last stretch, in seconds.
 const STRETCH: usize = 10;
 
+/// How long the scenario waits for Overseer to shut down.
+const SHUTDOWN: Duration = Duration::from_secs(20);
+
+/// The runtime B and C run checks on, shut down without waiting when dropped
+/// (on every path): a check that blocks for ever holds one of its threads, and
+/// a plain drop would wait for it, or panic inside the scenario's runtime.
+struct Background(Option<tokio::runtime::Runtime>);
+
+impl Background {
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0.as_ref().expect("until dropped").handle().clone()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// An async check that blocks its thread for ever: what a synchronous client
 /// inside an `async fn` does when its server never answers.
 #[derive(Clone)]
@@ -104,18 +126,19 @@ pub async fn child(
 ) -> Result<Value> {
     let pid = std::process::id();
     let (_dir, url) = scenario::sqlite().await?;
-    let bench_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(BENCH_WORKERS)
-        .thread_name(BENCH_THREAD_NAME)
-        .enable_all()
-        .build()?;
+    let bench_runtime = Background(Some(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(BENCH_WORKERS)
+            .thread_name(BENCH_THREAD_NAME)
+            .enable_all()
+            .build()?,
+    ));
+    let bench_handle = bench_runtime.handle();
     let mut builder = scenario::builder(&url);
     builder = match runner {
         "pool" => builder,
-        "blocking" => builder.async_checks(AsyncChecks::spawn_blocking_on(
-            bench_runtime.handle().clone(),
-        )),
-        "tasks" => builder.async_checks(AsyncChecks::tasks_of(bench_runtime.handle().clone())),
+        "blocking" => builder.async_checks(AsyncChecks::spawn_blocking_on(bench_handle)),
+        "tasks" => builder.async_checks(AsyncChecks::tasks_of(bench_handle)),
         other => bail!("no runner {other}"),
     };
     let list: Vec<Executor> = match workload {
@@ -189,10 +212,16 @@ pub async fn child(
     });
     let mut lateness = loop_task.await.context("the host loop")?;
     // A check that blocks for ever holds its thread: nothing waits for it.
-    tokio::time::timeout(Duration::from_secs(20), overseer.shutdown())
-        .await
-        .context("Overseer did not shut down within 20 s")??;
-    bench_runtime.shutdown_background();
+    // What was measured stands if the last write at shutdown fails: said beside it.
+    let shutdown_error = match tokio::time::timeout(SHUTDOWN, overseer.shutdown()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("Overseer did not shut down within {SHUTDOWN:?}")),
+    };
+    if let Some(e) = &shutdown_error {
+        eprintln!("scenario pool: shutdown: {e}");
+    }
+    drop(bench_runtime);
     lateness.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let p99 = lateness
@@ -201,6 +230,7 @@ pub async fn child(
     let answered_window = (count_end - w_count) as f64;
     Ok(json!({
         "startup_s": startup,
+        "shutdown_error": shutdown_error,
         "rates": rates,
         "threads_series": threads_series,
         "window_s": wall,
@@ -268,6 +298,7 @@ impl Case {
 }
 
 fn measure(
+    problems: &mut Vec<String>,
     plan: &Plan,
     workload: &str,
     executors: usize,
@@ -292,7 +323,7 @@ fn measure(
                 plan.pool_runs,
                 case.runner
             );
-            let result = process::scenario(
+            let result = match process::scenario(
                 "pool",
                 &[
                     ("runner", case.runner.to_owned()),
@@ -304,7 +335,19 @@ fn measure(
                 ],
                 deadline,
                 |_| {},
-            )?;
+            ) {
+                Ok(result) => result,
+                Err(e) => {
+                    eprintln!("pool: {workload}, {}: {e:#}", case.runner);
+                    problems.push(format!(
+                        "{workload}, {} (run {}): {}",
+                        case.label,
+                        run + 1,
+                        process::tail(&format!("{e:#}"), 3)
+                    ));
+                    continue;
+                }
+            };
             case.runs.push(result);
         }
     }
@@ -312,7 +355,9 @@ fn measure(
 }
 
 pub fn run(plan: &Plan) -> Result<Body> {
+    let mut problems = Vec::new();
     let hung = measure(
+        &mut problems,
         plan,
         "hung",
         plan.pool_hung,
@@ -321,6 +366,7 @@ pub fn run(plan: &Plan) -> Result<Body> {
         STRETCH as f64,
     )?;
     let timer = measure(
+        &mut problems,
         plan,
         "timer",
         plan.pool_timer_executors,
@@ -408,7 +454,8 @@ pub fn run(plan: &Plan) -> Result<Body> {
     let _ = write!(
         body,
         "\n**Waiting checks**: {} executors whose async check waits {} ms on a tokio timer, then \
-         answers healthy; {} s measured after {} s of warm-up.\n\n",
+         answers healthy; {} s measured after {} s of warm-up. A window holds its seconds' \
+         ticks give or take one at its edges, so polls per executor per s read ±0.1.\n\n",
         num(plan.pool_timer_executors as f64, 0),
         TIMER_WAIT.as_millis(),
         plan.pool_timer_seconds,
@@ -470,7 +517,10 @@ pub fn run(plan: &Plan) -> Result<Body> {
         num(median(&timer, "blocking", &cpu), 1),
         num(median(&timer, "tasks", &cpu), 1),
     );
-    Ok(body.into())
+    Ok(Body {
+        text: body,
+        problems,
+    })
 }
 
 #[cfg(test)]
