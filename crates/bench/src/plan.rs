@@ -36,6 +36,17 @@ pub struct Plan {
     pub celery_samples: usize,
     pub celery_ping_samples: usize,
     pub python_runs: usize,
+
+    /// The check pool beside tokio's own runners: runs of each case; hung
+    /// executors, healthy ones beside them, and seconds from the start; executors
+    /// waiting on a timer, warm-up and measured seconds.
+    pub pool_runs: usize,
+    pub pool_hung: usize,
+    pub pool_healthy: usize,
+    pub pool_hung_seconds: f64,
+    pub pool_timer_executors: usize,
+    pub pool_timer_warmup_s: f64,
+    pub pool_timer_seconds: f64,
 }
 
 impl Plan {
@@ -58,6 +69,13 @@ impl Plan {
             celery_samples: 20,
             celery_ping_samples: 5,
             python_runs: 5,
+            pool_runs: 2,
+            pool_hung: 1_000,
+            pool_healthy: 10,
+            pool_hung_seconds: 90.0,
+            pool_timer_executors: 10_000,
+            pool_timer_warmup_s: 3.0,
+            pool_timer_seconds: 10.0,
         }
     }
 
@@ -80,6 +98,13 @@ impl Plan {
             celery_samples: 3,
             celery_ping_samples: 1,
             python_runs: 1,
+            pool_runs: 1,
+            pool_hung: 20,
+            pool_healthy: 2,
+            pool_hung_seconds: 12.0,
+            pool_timer_executors: 100,
+            pool_timer_warmup_s: 1.0,
+            pool_timer_seconds: 2.0,
         }
     }
 }

@@ -10,6 +10,8 @@
 //! - `scale`: `executors` healthy executors polled every second, the flush and
 //!   the refresh every second, on SQLite (`db=sqlite`, a fresh file) or on the
 //!   database URL given; `flapping=N` makes the first N turn at every poll.
+//! - `pool`: the check pool or one of tokio's own runners (`runner=pool|blocking|tasks`)
+//!   on a workload (`workload=hung|timer`), see [`crate::sections::pool`].
 //! - `bare-route`: the http section's reference, a bare actix-web route serving
 //!   the file `body=PATH` (see [`crate::sections::http::serve_bare`]).
 
@@ -127,6 +129,14 @@ pub fn main(name: &str, args: &[String]) -> Result<()> {
             seconds("warmup")?,
             seconds("seconds")?,
         ))?,
+        "pool" => runtime.block_on(crate::sections::pool::child(
+            param("runner")?,
+            param("workload")?,
+            param("executors")?.parse()?,
+            param("healthy")?.parse()?,
+            seconds("warmup")?,
+            seconds("seconds")?,
+        ))?,
         other => bail!("no scenario {other}"),
     };
     println!("result {result}");
@@ -139,7 +149,7 @@ fn marker(line: &str) {
 }
 
 /// A fresh SQLite file, migrated; its folder lives as long as the value.
-async fn sqlite() -> Result<(tempfile::TempDir, String)> {
+pub(crate) async fn sqlite() -> Result<(tempfile::TempDir, String)> {
     let dir = tempfile::tempdir()?;
     let url = format!(
         "sqlite://{}?mode=rwc",
@@ -156,7 +166,7 @@ async fn migrate(url: &str) -> Result<()> {
     Ok(())
 }
 
-fn builder(url: &str) -> overseer_core::OverseerBuilder {
+pub(crate) fn builder(url: &str) -> overseer_core::OverseerBuilder {
     Overseer::builder()
         .database(url)
         .hostname("overseer-bench")
@@ -169,7 +179,7 @@ fn builder(url: &str) -> overseer_core::OverseerBuilder {
 /// The host's loop: a tokio interval of [`TICK`], each tick's lateness against
 /// when it was due (missed ticks delayed, not bunched). Ticks during `warmup`
 /// are not kept.
-async fn host_loop(warmup: Duration, measure: Duration) -> Vec<Duration> {
+pub(crate) async fn host_loop(warmup: Duration, measure: Duration) -> Vec<Duration> {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = Instant::now();

@@ -51,6 +51,23 @@ pub fn threads(pid: u32) -> Option<f64> {
     status_value(pid, "Threads:")
 }
 
+/// Threads of a process now whose name starts with one of `names` (names are
+/// cut at 15 bytes, as `/proc/PID/task/TID/comm` keeps them).
+pub fn threads_named(pid: u32, names: &[&str]) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| read(e.ok()?.path().join("comm")))
+                .filter(|comm| {
+                    let comm = comm.trim_end();
+                    names
+                        .iter()
+                        .any(|n| comm.starts_with(&n[..n.len().min(15)]))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// Resets a process's peak resident memory to its current size (writing 5 to
 /// `clear_refs`, Linux 4.0+), so a later [`peak_rss_mib`] is the peak since now.
 pub fn reset_peak_rss(pid: u32) -> bool {

@@ -111,6 +111,8 @@ pub struct OverseerBuilder {
     database_url: Option<String>,
     executors: Vec<Executor>,
     settings: Settings,
+    /// Where async checks run instead of the check pool ([`Self::async_checks`]).
+    async_checks: Option<AsyncChecks>,
 }
 
 impl OverseerBuilder {
@@ -173,6 +175,16 @@ impl OverseerBuilder {
         self
     }
 
+    /// Runs async checks on `checks` instead of Overseer's check pool (whose
+    /// threads still start, idle). It exists only for `overseer-bench --only
+    /// pool`, which compares the pool with running checks on tokio's own
+    /// threads; not part of the API.
+    #[doc(hidden)]
+    pub fn async_checks(mut self, checks: AsyncChecks) -> Self {
+        self.async_checks = Some(checks);
+        self
+    }
+
     /// Starts the actors: opens the database, closes the rows a crash of this host
     /// left open, inserts a `running` row per executor, reads a first report, and
     /// begins polling. Fails if the database cannot be opened or lacks the schema.
@@ -181,6 +193,7 @@ impl OverseerBuilder {
             database_url,
             executors,
             settings,
+            async_checks,
         } = self;
         let url = database_url.ok_or_else(|| Error::Config("no database was given".into()))?;
         settings.check()?;
@@ -199,7 +212,7 @@ impl OverseerBuilder {
             .map_err(|e| Error::Runtime(format!("cannot start the check threads: {e}")))?;
 
         let executor_stats = stats.iter().map(|(_, s)| s.clone()).collect();
-        let check_handle = checks.checks();
+        let check_handle = async_checks.unwrap_or_else(|| checks.checks());
         let agg_stats = aggregator_stats.clone();
         let (actors, reports) = ActorsThread::spawn(checks, move || {
             start_actors(

@@ -8,5 +8,6 @@ pub mod events;
 pub mod http;
 pub mod main_loop;
 pub mod plugin;
+pub mod pool;
 pub mod probe;
 pub mod scale;

@@ -53,6 +53,15 @@
 //! outside the pool, the pool stopped during polls; each answers (or is
 //! cancelled) exactly once, on no more threads than the pool's.
 //!
+//! Measured against both (`overseer-bench --only pool`, BENCHMARKS.md
+//! section 9, 2 runs on 2 cores): beside 1,000 async checks that block for
+//! ever, 10 healthy executors had every poll answered from 51–53 s on with the
+//! pool (none before: it takes the blocked checks off its threads at ~20 a
+//! second), and never in 90 s with `spawn_blocking` (512 threads held, the
+//! rest queued behind them) or as tasks (both workers held); 10,000 checks
+//! waiting 5 ms on a timer cost 14% of a core on 7 threads with the pool, 17%
+//! on 7 as tasks, 33% on 519 with `spawn_blocking`. So the pool stays.
+//!
 //! [`CHECK_THREADS`]: crate::overseer::CHECK_THREADS
 
 use std::collections::{HashMap, VecDeque};
@@ -103,6 +112,19 @@ enum Runner {
     Pool(Arc<Shared>),
     /// As plain tasks of a tokio runtime, unwatched.
     Tasks(tokio::runtime::Handle),
+    /// Each run on the runtime's blocking threads, a `block_on` inside:
+    /// `overseer-bench`'s comparison only.
+    SpawnBlocking(tokio::runtime::Handle),
+}
+
+impl std::fmt::Debug for AsyncChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Runner::Pool(_) => "AsyncChecks::Pool",
+            Runner::Tasks(_) => "AsyncChecks::Tasks",
+            Runner::SpawnBlocking(_) => "AsyncChecks::SpawnBlocking",
+        })
+    }
 }
 
 impl AsyncChecks {
@@ -111,6 +133,15 @@ impl AsyncChecks {
     /// blocks stalls that runtime.
     pub fn tasks_of(runtime: tokio::runtime::Handle) -> Self {
         Self(Runner::Tasks(runtime))
+    }
+
+    /// Runs every check as `spawn_blocking(move || handle.block_on(check))` on
+    /// `runtime`: a thread per check run, up to the runtime's
+    /// `max_blocking_threads`, unwatched. It exists for `overseer-bench --only
+    /// pool`, which measures the pool against it (see the header); not for use.
+    #[doc(hidden)]
+    pub fn spawn_blocking_on(runtime: tokio::runtime::Handle) -> Self {
+        Self(Runner::SpawnBlocking(runtime))
     }
 
     /// Starts `check`: on the pool, or on a thread of its own if `executor`'s
@@ -149,6 +180,10 @@ impl AsyncChecks {
             }
             Runner::Tasks(runtime) => {
                 runtime.spawn(guarded);
+            }
+            Runner::SpawnBlocking(runtime) => {
+                let handle = runtime.clone();
+                runtime.spawn_blocking(move || handle.block_on(guarded));
             }
         }
         async move {
