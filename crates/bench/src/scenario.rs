@@ -64,9 +64,9 @@ impl BlockingHealthCheck for HangsBlocking {
 }
 
 /// A check that answers at once: the cheapest executor, so the scale figures
-/// are Overseer's own cost.
+/// are Overseer's own cost (and the pool section's healthy executors).
 #[derive(Clone)]
-struct Healthy;
+pub(crate) struct Healthy;
 
 #[async_trait::async_trait]
 impl HealthCheck for Healthy {

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::plan::Plan;
 use crate::process;
 use crate::report::{Body, table};
-use crate::scenario;
+use crate::scenario::{self, Healthy};
 use crate::stats::{Summary, count, num};
 use crate::system;
 
@@ -87,17 +87,6 @@ impl HealthCheck for BlocksForever {
         loop {
             std::thread::park();
         }
-    }
-}
-
-/// An async check that answers at once.
-#[derive(Clone)]
-struct Healthy;
-
-#[async_trait::async_trait]
-impl HealthCheck for Healthy {
-    async fn get_health(&self) -> ExecutorHealth {
-        ExecutorHealth::Healthy
     }
 }
 

@@ -226,6 +226,16 @@ impl Seen {
 
 /// Waits, 30 s at most, for `done`: what follows a check's answer (its drop,
 /// the pool letting go of it) happens just after the answer, on its thread.
+/// The pool holds no task once every check ended; then it is stopped.
+fn holds_nothing_then_stops(threads: CheckThreads) {
+    settled(|| lock(&threads.pool.live).is_empty());
+    assert!(
+        lock(&threads.pool.live).is_empty(),
+        "no task held after its end"
+    );
+    threads.shutdown_background();
+}
+
 fn settled(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() && Instant::now() < deadline {
@@ -325,12 +335,7 @@ fn ten_thousand_checks_each_answer_once_on_the_pool_s_threads() {
     let answers = outcomes(waiting);
     assert!(answers.iter().enumerate().all(|(i, a)| *a == Ok(i)));
     seen.each_once_on_two_threads(&executor);
-    settled(|| lock(&threads.pool.live).is_empty());
-    assert!(
-        lock(&threads.pool.live).is_empty(),
-        "no task held after its end"
-    );
-    threads.shutdown_background();
+    holds_nothing_then_stops(threads);
 }
 
 #[test]
@@ -373,12 +378,7 @@ fn checks_woken_from_threads_outside_the_pool_answer_once_each() {
     for thread in wakers_threads {
         thread.join().unwrap();
     }
-    settled(|| lock(&threads.pool.live).is_empty());
-    assert!(
-        lock(&threads.pool.live).is_empty(),
-        "no task held after its end"
-    );
-    threads.shutdown_background();
+    holds_nothing_then_stops(threads);
 }
 
 #[test]
