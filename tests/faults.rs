@@ -306,3 +306,68 @@ fn a_rabbitmq_broker_that_dies_between_polls_is_unhealthy_at_once() {
     let _proxy = BrokerProxy::start(port);
     celery_until(&serving, "healthy again once the broker is back", "healthy");
 }
+
+/// A broker that dies again soon after a long outage is seen at once too. The
+/// outage (10 s) leaves the broker's watch waiting seconds between attempts
+/// to reconnect; once the broker is back, the first poll that reaches it
+/// must wake the watch, or a death before the watch's next attempt goes
+/// unseen until the next tick (an hour here). The polls come from a second
+/// broker of Celery's failover list (`redis://a;redis://b`), whose death and
+/// return each bring one.
+#[test]
+fn a_broker_that_dies_again_soon_after_a_long_outage_is_seen_at_once() {
+    let Some(mut first) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let Some(mut second) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let (first_url, second_url) = (first.url(None, 0), second.url(None, 0));
+    let (_dir, serving) = serving_with_an_hour_between_polls(&format!("{first_url};{second_url}"));
+    // Healthy through failover, and naming the broker that does not answer.
+    let not_answering = |broker: &str| {
+        let broker = broker.to_owned();
+        move |j: &serde_json::Value| {
+            celery(j).is_some_and(|c| {
+                c["health"] == "healthy"
+                    && c["reason"].as_str().is_some_and(|r| {
+                        r.starts_with("healthy through failover; not answering: ")
+                            && r.contains(&broker)
+                    })
+            })
+        }
+    };
+
+    first.kill();
+    health_until(
+        &serving,
+        "the first broker's death seen",
+        not_answering(&first_url),
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    first.resume().unwrap();
+    // Nothing tells Overseer the first broker is back but a poll: the
+    // second broker's death brings one, and its return another.
+    second.kill();
+    let json = health_until(
+        &serving,
+        "the second broker's death seen, the first answering",
+        not_answering(&second_url),
+    );
+    let reason = celery(&json).unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!reason.contains(&first_url), "the first answers: {reason}");
+    second.resume().unwrap();
+    health_until(&serving, "both brokers answering", |j| {
+        celery(j).is_some_and(|c| c["health"] == "healthy" && c["reason"].is_null())
+    });
+
+    first.kill();
+    health_until(
+        &serving,
+        "the first broker's second death seen without waiting for a tick",
+        not_answering(&first_url),
+    );
+}

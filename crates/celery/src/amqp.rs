@@ -38,7 +38,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, BrokerProbe, Reason, Retry};
+use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched};
 use crate::detail::QueueDepth;
 use crate::events::{self, Event, WorkerEvents};
 use crate::ping::Pidbox;
@@ -449,35 +449,29 @@ impl BrokerProbe for AmqpCheck {
 
     /// Holds a heartbeating connection of its own: the first error lapin reports
     /// on it (closed by the broker, the socket gone, heartbeats missed) rings the
-    /// alarm, and so does the first connection after that.
-    async fn watch(&self, alarm: Alarm) {
-        let mut broken = false;
-        let mut retry = Retry::new();
+    /// alarm, as [`Watched`] says, and so does its return.
+    async fn watch(&self, alarm: Alarm, answers: Answers) {
+        let mut watched = Watched::new(&alarm, &self.identity, &answers);
         loop {
             let Some(conn) = self.held_connection(WATCH_CONNECTION_NAME).await else {
-                broken = true;
-                retry.wait(Duration::ZERO).await;
+                watched.unreachable();
+                watched.wait(Duration::ZERO).await;
                 continue;
             };
             let connected = Instant::now();
-            if std::mem::take(&mut broken) {
-                tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
-                alarm.ring();
-            }
+            watched.connected();
             until_lost(&conn).await;
-            tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
-            alarm.ring();
-            broken = true;
+            watched.lost();
             drop(conn);
-            retry.wait(connected.elapsed()).await;
+            watched.wait(connected.elapsed()).await;
         }
     }
 
     /// Consumes the `worker` group of Celery's events from a queue of its own
     /// (exclusive, auto-delete) bound to the `celeryev` topic exchange for
     /// `worker.#`, on a heartbeating connection of its own.
-    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>) {
-        let mut retry = Retry::new();
+    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
+        let mut retry = Retry::new(&answers);
         loop {
             let Some(conn) = self.held_connection(EVENTS_CONNECTION_NAME).await else {
                 retry.wait(Duration::ZERO).await;

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::amqp::AmqpCheck;
-use crate::broker::{BrokerProbe, Reason};
+use crate::broker::{Answers, BrokerProbe, Reason};
 use crate::budget::Budgets;
 use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 use crate::error::{BrokerUrlError, Result};
@@ -137,6 +137,8 @@ impl BrokerCheck {
 struct Target {
     identity: String,
     check: BrokerCheck,
+    /// The polls that reached it, for the connections held to it.
+    answers: Answers,
 }
 
 /// What the clones of one check share.
@@ -219,6 +221,7 @@ impl CeleryCheck {
             targets.push(Target {
                 identity: b.identity.clone(),
                 check: BrokerCheck::of(b, &settings)?,
+                answers: Answers::new(),
             });
         }
         let settings_events = settings
@@ -355,12 +358,14 @@ impl CeleryCheck {
                     .iter()
                     .enumerate()
                     .filter_map(|(index, target)| match &target.check {
-                        BrokerCheck::Probed(probe) => Some((index, Arc::clone(probe))),
+                        BrokerCheck::Probed(probe) => {
+                            Some((index, Arc::clone(probe), target.answers.clone()))
+                        }
                         BrokerCheck::Unchecked(_) => None,
                     })
-                    .map(|(index, probe)| {
+                    .map(|(index, probe, answers)| {
                         let events = Arc::clone(events);
-                        tokio::spawn(async move { probe.subscribe(index, events).await })
+                        tokio::spawn(async move { probe.subscribe(index, events, answers).await })
                     })
                     .collect(),
             )
@@ -380,12 +385,14 @@ impl CeleryCheck {
                     .targets
                     .iter()
                     .filter_map(|target| match &target.check {
-                        BrokerCheck::Probed(probe) => Some(Arc::clone(probe)),
+                        BrokerCheck::Probed(probe) => {
+                            Some((Arc::clone(probe), target.answers.clone()))
+                        }
                         BrokerCheck::Unchecked(_) => None,
                     })
-                    .map(|probe| {
+                    .map(|(probe, answers)| {
                         let alarm = alarm.clone();
-                        tokio::spawn(async move { probe.watch(alarm).await })
+                        tokio::spawn(async move { probe.watch(alarm, answers).await })
                     })
                     .collect(),
             )
@@ -401,12 +408,16 @@ impl CeleryCheck {
             let this = self.clone();
             let queues = Arc::clone(&queues);
             tasks.spawn(async move {
-                let result = match &this.inner.targets[index].check {
+                let target = &this.inner.targets[index];
+                let result = match &target.check {
                     BrokerCheck::Probed(probe) => {
                         probe.probe(&queues, deadline, budget).await.map_err(Some)
                     }
                     BrokerCheck::Unchecked(_) => Err(None),
                 };
+                if result.is_ok() {
+                    target.answers.answered();
+                }
                 (index, result)
             });
         }

@@ -35,7 +35,7 @@ use redis::{
 use tokio::sync::{Mutex, Notify};
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, BrokerProbe, Reason, Retry, timed_out};
+use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched, timed_out};
 use crate::detail::QueueDepth;
 use crate::events::{self, Event, WorkerEvents};
 use crate::ping::Pidbox;
@@ -524,28 +524,20 @@ impl BrokerProbe for RedisCheck {
     /// connection of its own: a broker that dies closes it, and the blocked
     /// command fails at once; one that stops answering misses the reply's due
     /// time ([`WATCH_WAIT`] and [`REDIS_TIMEOUT_LAG`] and [`WATCH_GRACE`]). Either
-    /// rings the alarm; so does the first connection after that, so the return
-    /// is seen at once too. Reconnects are spaced by [`WATCH_RETRY`].
-    async fn watch(&self, alarm: Alarm) {
+    /// rings the alarm, as [`Watched`] says, and so does its return.
+    async fn watch(&self, alarm: Alarm, answers: Answers) {
         let key = format!("_overseer.watch.{}", uuid::Uuid::new_v4().simple());
-        let mut broken = false;
-        let mut retry = Retry::new();
+        let mut watched = Watched::new(&alarm, &self.identity, &answers);
         loop {
             let deadline = Instant::now() + WATCH_CONNECT;
-            let mut conn = match self.connect(deadline, WATCH_CONNECT).await {
-                Ok(conn) => conn,
-                Err(_) => {
-                    // Not answering: the polls say why; ring once when it is back.
-                    broken = true;
-                    retry.wait(Duration::ZERO).await;
-                    continue;
-                }
+            let Ok(mut conn) = self.connect(deadline, WATCH_CONNECT).await else {
+                // Not answering: the polls say why.
+                watched.unreachable();
+                watched.wait(Duration::ZERO).await;
+                continue;
             };
             let connected = Instant::now();
-            if std::mem::take(&mut broken) {
-                tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
-                alarm.ring();
-            }
+            watched.connected();
             loop {
                 let due = Instant::now() + WATCH_WAIT + REDIS_TIMEOUT_LAG + WATCH_GRACE;
                 let popped: Result<redis::RedisResult<Value>, _> = timeout_at(
@@ -557,13 +549,11 @@ impl BrokerProbe for RedisCheck {
                 )
                 .await;
                 if !matches!(popped, Ok(Ok(_))) {
-                    tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
-                    alarm.ring();
-                    broken = true;
+                    watched.lost();
                     break;
                 }
             }
-            retry.wait(connected.elapsed()).await;
+            watched.wait(connected.elapsed()).await;
         }
     }
 
@@ -571,9 +561,9 @@ impl BrokerProbe for RedisCheck {
     /// subscription to `/{db}.celeryev/worker.*` (Celery makes `celeryev` a
     /// fanout on Redis, which kombu publishes to such channels), over RESP3, on
     /// a connection of its own that a `PING` every [`WATCH_WAIT`] proves alive.
-    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>) {
+    async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
         let pattern = format!("/{}.{}/worker.*", self.db, events::EXCHANGE);
-        let mut retry = Retry::new();
+        let mut retry = Retry::new(&answers);
         let mut told = false;
         loop {
             let ended = Arc::new(Notify::new());
@@ -608,7 +598,7 @@ impl BrokerProbe for RedisCheck {
                             self.identity
                         ),
                     );
-                    retry.wait(Duration::ZERO).await;
+                    retry.wait_out().await;
                     continue;
                 }
                 Err(reason) => {
