@@ -315,7 +315,7 @@ pub fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
                     mark: None,
                     color: if setting.poll_s < 10.0 { GREEN } else { BLUE },
                 });
-                fastest.get_or_insert(s.median);
+                fastest.get_or_insert((setting.poll_s, s.median));
                 slowest = Some((setting.poll_s, s.median, s.max));
             }
             None => {
@@ -427,20 +427,23 @@ pub fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
         "detection time beside the Helm probe",
     ));
     body.push_str("\n\n");
-    if let (Some(fast), Some((poll, median, worst))) = (fastest, slowest) {
+    if let (Some((fast_poll, fast)), Some((poll, median, worst))) = (fastest, slowest) {
+        let slow = format!("{} s with a {} s poll", num(median, 2), num(poll, 0));
+        let times = if fast_poll < poll {
+            format!("{} s with a {} s poll and {slow}", num(fast, 2), num(fast_poll, 0))
+        } else {
+            slow
+        };
         let _ = writeln!(
             body,
             "**For an operator**: a dead broker shows as `unhealthy` in the health JSON after \
-             about {} s with a 1 s poll and {} s with a {} s poll (worst {} s), where the Helm \
+             about {times} (worst {} s), where the Helm \
              chart's probe needs about {} s to even restart a worker ({}), and Airflow's own \
              health endpoint never says anything. The poll interval no longer bounds it: \
              Overseer holds a connection to each broker, and when it closes (or stops \
              answering) the executor is polled at once; this process's verdicts reach the \
              report when they are made, whatever the heartbeat and refresh intervals (5 s each \
              here).",
-            num(fast, 2),
-            num(median, 2),
-            num(poll, 0),
             num(worst, 2),
             num(helm_median, 0),
             ratio(helm_median, median)
