@@ -430,7 +430,11 @@ pub fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
     if let (Some((fast_poll, fast)), Some((poll, median, worst))) = (fastest, slowest) {
         let slow = format!("{} s with a {} s poll", num(median, 2), num(poll, 0));
         let times = if fast_poll < poll {
-            format!("{} s with a {} s poll and {slow}", num(fast, 2), num(fast_poll, 0))
+            format!(
+                "{} s with a {} s poll and {slow}",
+                num(fast, 2),
+                num(fast_poll, 0)
+            )
         } else {
             slow
         };
