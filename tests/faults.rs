@@ -371,3 +371,35 @@ fn a_broker_that_dies_again_soon_after_a_long_outage_is_seen_at_once() {
         not_answering(&first_url),
     );
 }
+
+/// A broker that serves Celery but refuses the watch's command (an ACL
+/// without `BLPOP`): every watch connection ends at once and rings for a
+/// poll, and every poll finds the broker answering. The polls' answers must
+/// not bring the watch straight back each time, or the two feed each other
+/// in a loop: the watch retries at its back-off's pace (rings at about 0.5,
+/// 1.5, 3.5 s), and the executor stays healthy.
+#[test]
+fn a_broker_that_refuses_the_watch_is_not_polled_in_a_loop() {
+    let Some(broker) = ThrowawayRedis::start(&[
+        "--user", "default", "on", "nopass", "~*", "&*", "+@all", "-blpop",
+    ]) else {
+        return;
+    };
+    let (_dir, serving) = serving_with_an_hour_between_polls(&broker.url(None, 0));
+    let polls = || {
+        let (_, body) = support::get(&serving.url("/metrics"));
+        body.lines()
+            .find(|l| l.starts_with(r#"overseer_polls_total{executor="CeleryExecutor""#))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .expect("the executor's poll counter")
+    };
+    let before = polls();
+    std::thread::sleep(Duration::from_secs(5));
+    let during = polls() - before;
+    assert!(
+        during <= 8.0,
+        "{during} polls in 5 s with an hour between polls: the watch and the polls feed each other"
+    );
+    let json = health(&serving);
+    assert_eq!(celery(&json).unwrap()["health"], "healthy", "{json}");
+}

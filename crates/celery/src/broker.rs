@@ -97,23 +97,37 @@ pub(crate) enum Woken {
 /// subscriptions'): half a second at first, so a broker's return is seen at
 /// once, doubling to [`Retry::CEILING`] while it keeps failing (a wrong
 /// password costs a connection every 30 s, not two a second), and back to the
-/// start once a connection has held for [`Retry::HELD`]. A poll that reaches
-/// the broker ([`Answers`]) ends the wait at once, without shortening the next.
+/// start once a connection has held for [`Retry::HELD`].
+///
+/// A poll that reaches the broker ([`Answers`]) ends the wait at once,
+/// without shortening the next. An attempt such an answer brought that then
+/// fails, or whose connection does not hold for [`Retry::PROVEN`], stops
+/// answers from ending waits until a connection holds that long: a broker
+/// that answers polls but will not keep the watch's connection (an ACL that
+/// refuses its command, a full `maxclients`) is retried at the back-off's
+/// pace, not once per poll, and never in a loop of the polls its watch rings for.
 #[derive(Debug)]
 pub(crate) struct Retry {
     backoff: Backoff,
     answers: watch::Receiver<u64>,
+    /// Whether an answer may end a wait.
+    wakes: bool,
+    /// Whether the last wait was ended by one.
+    woken: bool,
 }
 
 impl Retry {
     const FIRST: Duration = Duration::from_millis(500);
     const CEILING: Duration = Duration::from_secs(30);
     const HELD: Duration = Duration::from_secs(10);
+    const PROVEN: Duration = Duration::from_secs(1);
 
     pub(crate) fn new(answers: &Answers) -> Self {
         Self {
             backoff: Backoff::new(Self::FIRST, Self::CEILING),
             answers: answers.0.subscribe(),
+            wakes: true,
+            woken: false,
         }
     }
 
@@ -125,16 +139,24 @@ impl Retry {
         if held >= Self::HELD {
             self.backoff.reset();
         }
+        if held >= Self::PROVEN {
+            self.wakes = true;
+        } else if self.woken {
+            // An answer brought that attempt, and it came to nothing.
+            self.wakes = false;
+        }
         if !held.is_zero() {
             self.answers.borrow_and_update();
         }
         let delay = self.backoff.next_delay();
+        let wakes = self.wakes;
         let woken = tokio::select! {
             () = tokio::time::sleep(delay) => Woken::Waited,
-            Ok(()) = self.answers.changed() => Woken::Answered,
+            Ok(()) = self.answers.changed(), if wakes => Woken::Answered,
         };
         // The next attempt begins: what a poll finds from now on is news.
         self.answers.borrow_and_update();
+        self.woken = woken == Woken::Answered;
         woken
     }
 
@@ -149,10 +171,10 @@ impl Retry {
 /// news: the connection lost (the broker died or stopped answering), a
 /// connection made again after that (it is back), and a connection that
 /// cannot be made though a poll has just reached the broker (it died again in
-/// between: that poll's verdict is already stale). Each is a poll at once.
-/// A return a poll has already seen is no news; and the last kind rings once
-/// until a connection holds again, so a broker that answers polls but refuses
-/// the watch (a full `maxclients`) costs one extra poll, not a loop of them.
+/// between: that poll's verdict is already stale). Each is a poll at once. A
+/// return a poll has already seen is no news, and [`Retry`] lets no answer
+/// bring another attempt after one that failed, so the last kind rings once
+/// until a connection holds.
 pub(crate) struct Watched<'a> {
     alarm: &'a Alarm,
     identity: &'a str,
@@ -161,8 +183,6 @@ pub(crate) struct Watched<'a> {
     lost: bool,
     /// The last wait was ended by a poll that reached the broker.
     answered: bool,
-    /// It rang for a connection that could not be made after such a poll.
-    told: bool,
 }
 
 impl<'a> Watched<'a> {
@@ -173,7 +193,6 @@ impl<'a> Watched<'a> {
             retry: Retry::new(answers),
             lost: false,
             answered: false,
-            told: false,
         }
     }
 
@@ -183,7 +202,6 @@ impl<'a> Watched<'a> {
             tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
             self.alarm.ring();
         }
-        self.told = false;
     }
 
     /// The held connection closed or stopped answering.
@@ -195,10 +213,9 @@ impl<'a> Watched<'a> {
 
     /// No connection could be made.
     pub(crate) fn unreachable(&mut self) {
-        if self.answered && !self.told {
+        if self.answered {
             tracing::debug!(broker = %self.identity, "a poll reached the broker, but the watch cannot; polling at once");
             self.alarm.ring();
-            self.told = true;
         }
         self.lost = true;
     }
@@ -262,5 +279,30 @@ mod tests {
         let waiting = Instant::now();
         assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
         assert_eq!(waiting.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_an_answer_brought_that_does_not_hold_stops_answers_waking_until_one_does() {
+        let answers = Answers::new();
+        let mut retry = Retry::new(&answers);
+        answers.answered();
+        assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
+        // That attempt's connection dropped at once (say, its command refused):
+        // the polls that keep answering no longer bring attempts.
+        let waiting = Instant::now();
+        let poll = answers.clone();
+        let polls = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                poll.answered();
+            }
+        });
+        assert_eq!(retry.wait(Duration::from_millis(5)).await, Woken::Waited);
+        // The full back-off: the second step, the answer having ended the first.
+        assert_eq!(waiting.elapsed(), Duration::from_secs(1));
+        assert_eq!(retry.wait(Duration::ZERO).await, Woken::Waited);
+        // A connection that holds makes answers count again.
+        assert_eq!(retry.wait(Retry::PROVEN).await, Woken::Answered);
+        polls.abort();
     }
 }
