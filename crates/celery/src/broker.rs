@@ -99,35 +99,26 @@ pub(crate) enum Woken {
 /// password costs a connection every 30 s, not two a second), and back to the
 /// start once a connection has held for [`Retry::HELD`].
 ///
-/// A poll that reaches the broker ([`Answers`]) ends the wait at once,
-/// without shortening the next. An attempt such an answer brought that then
-/// fails, or whose connection does not hold for [`Retry::PROVEN`], stops
-/// answers from ending waits until a connection holds that long: a broker
-/// that answers polls but will not keep the watch's connection (an ACL that
-/// refuses its command, a full `maxclients`) is retried at the back-off's
-/// pace, not once per poll, and never in a loop of the polls its watch rings for.
+/// A poll that reaches the broker ([`Answers`]) ends the wait, without
+/// shortening the next, but never before [`Retry::FIRST`]: a connection that
+/// the broker drops as soon as it is made, while polls find it answering, is
+/// tried at most twice a second, not in a loop with the polls its watch rings
+/// for.
 #[derive(Debug)]
 pub(crate) struct Retry {
     backoff: Backoff,
     answers: watch::Receiver<u64>,
-    /// Whether an answer may end a wait.
-    wakes: bool,
-    /// Whether the last wait was ended by one.
-    woken: bool,
 }
 
 impl Retry {
     const FIRST: Duration = Duration::from_millis(500);
     const CEILING: Duration = Duration::from_secs(30);
     const HELD: Duration = Duration::from_secs(10);
-    const PROVEN: Duration = Duration::from_secs(1);
 
     pub(crate) fn new(answers: &Answers) -> Self {
         Self {
             backoff: Backoff::new(Self::FIRST, Self::CEILING),
             answers: answers.0.subscribe(),
-            wakes: true,
-            woken: false,
         }
     }
 
@@ -139,24 +130,26 @@ impl Retry {
         if held >= Self::HELD {
             self.backoff.reset();
         }
-        if held >= Self::PROVEN {
-            self.wakes = true;
-        } else if self.woken {
-            // An answer brought that attempt, and it came to nothing.
-            self.wakes = false;
-        }
         if !held.is_zero() {
             self.answers.borrow_and_update();
         }
+        let started = Instant::now();
         let delay = self.backoff.next_delay();
-        let wakes = self.wakes;
+        let answers = &mut self.answers;
+        let answered = async move {
+            if answers.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep_until(started + Self::FIRST).await;
+        };
+        // An answer that is due with the back-off's end still counts.
         let woken = tokio::select! {
+            biased;
+            () = answered => Woken::Answered,
             () = tokio::time::sleep(delay) => Woken::Waited,
-            Ok(()) = self.answers.changed(), if wakes => Woken::Answered,
         };
         // The next attempt begins: what a poll finds from now on is news.
         self.answers.borrow_and_update();
-        self.woken = woken == Woken::Answered;
         woken
     }
 
@@ -168,13 +161,14 @@ impl Retry {
 }
 
 /// A broker watch's account of its held connection, which rings the alarm on
-/// news: the connection lost (the broker died or stopped answering), a
-/// connection made again after that (it is back), and a connection that
-/// cannot be made though a poll has just reached the broker (it died again in
-/// between: that poll's verdict is already stale). Each is a poll at once. A
-/// return a poll has already seen is no news, and [`Retry`] lets no answer
-/// bring another attempt after one that failed, so the last kind rings once
-/// until a connection holds.
+/// news: the connection lost (the broker died, stopped answering, or refused
+/// the watch's command), a connection made again after that (it is back),
+/// and a connection that cannot be made though a poll has just reached the
+/// broker (it died again in between: that poll's verdict is already stale).
+/// Each is a poll at once. A return a poll has already seen is no news; and
+/// the last kind rings once until a connection is made again, so a broker
+/// that answers polls but will not take the watch's connection (a full
+/// `maxclients`) costs one extra poll, not a poll per poll.
 pub(crate) struct Watched<'a> {
     alarm: &'a Alarm,
     identity: &'a str,
@@ -183,6 +177,8 @@ pub(crate) struct Watched<'a> {
     lost: bool,
     /// The last wait was ended by a poll that reached the broker.
     answered: bool,
+    /// It rang for a connection that could not be made after such a poll.
+    told: bool,
 }
 
 impl<'a> Watched<'a> {
@@ -193,6 +189,7 @@ impl<'a> Watched<'a> {
             retry: Retry::new(answers),
             lost: false,
             answered: false,
+            told: false,
         }
     }
 
@@ -202,22 +199,40 @@ impl<'a> Watched<'a> {
             tracing::debug!(broker = %self.identity, "the broker takes connections again; polling at once");
             self.alarm.ring();
         }
+        self.told = false;
     }
 
-    /// The held connection closed or stopped answering.
+    /// The held connection closed, stopped answering, or its command was refused.
     pub(crate) fn lost(&mut self) {
         tracing::debug!(broker = %self.identity, "the watched connection closed or stopped answering; polling at once");
         self.alarm.ring();
         self.lost = true;
     }
 
+    /// The broker answered the watch's command with an error (an ACL that
+    /// refuses it, a demoted master's `READONLY`): it is there, but may have
+    /// changed, so a poll looks; the next connection is no return.
+    pub(crate) fn refused(&mut self) {
+        tracing::debug!(broker = %self.identity, "the broker refused the watch's command; polling at once");
+        self.alarm.ring();
+    }
+
     /// No connection could be made.
     pub(crate) fn unreachable(&mut self) {
-        if self.answered {
+        if self.answered && !self.told {
             tracing::debug!(broker = %self.identity, "a poll reached the broker, but the watch cannot; polling at once");
             self.alarm.ring();
+            self.told = true;
         }
         self.lost = true;
+    }
+
+    /// Waits out the back-off whatever the polls find ([`Retry::wait_out`]):
+    /// after the broker refused the watch's command, which no poll's answer
+    /// can change.
+    pub(crate) async fn wait_out(&mut self) {
+        self.answered = false;
+        self.retry.wait_out().await;
     }
 
     /// Waits before the next attempt ([`Retry::wait`]).
@@ -242,25 +257,32 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn a_poll_that_reaches_the_broker_ends_a_reconnect_wait_at_once() {
+    async fn a_poll_that_reaches_the_broker_ends_a_reconnect_wait_after_at_least_the_first_step() {
         let answers = Answers::new();
         let mut retry = Retry::new(&answers);
         // The back-off grows while attempts fail: 0.5 s, 1 s, 2 s, then 4 s.
         for _ in 0..3 {
             assert_eq!(retry.wait(Duration::ZERO).await, Woken::Waited);
         }
-        let waiting = Instant::now();
         let poll = answers.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            poll.answered();
+            tokio::time::sleep(Duration::from_secs(1)).await;
             poll.answered();
         });
+        // Answered at 0.2 s: the attempt comes at 0.5 s, not at 4 s.
+        let waiting = Instant::now();
         assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
-        assert_eq!(waiting.elapsed(), Duration::from_millis(300));
-        // It ended that wait without shortening the next.
+        assert_eq!(waiting.elapsed(), Retry::FIRST);
+        // Answered 0.7 s into the next wait: at once, and the back-off
+        // (8 s now) is not shortened by the answers.
+        let waiting = Instant::now();
+        assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
+        assert_eq!(waiting.elapsed(), Duration::from_millis(700));
         let waiting = Instant::now();
         assert_eq!(retry.wait(Duration::ZERO).await, Woken::Waited);
-        assert_eq!(waiting.elapsed(), Duration::from_secs(8));
+        assert_eq!(waiting.elapsed(), Duration::from_secs(16));
     }
 
     #[tokio::test(start_paused = true)]
@@ -274,35 +296,10 @@ mod tests {
         assert_eq!(retry.wait(Duration::from_secs(1)).await, Woken::Waited);
         assert_eq!(waiting.elapsed(), Retry::FIRST);
         // A poll answered while the next attempt failed: the broker is back
-        // since it began, so the wait after it ends at once.
+        // since it began, so the wait after it (1 s) ends at the first step.
         answers.answered();
         let waiting = Instant::now();
         assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
-        assert_eq!(waiting.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_attempt_an_answer_brought_that_does_not_hold_stops_answers_waking_until_one_does() {
-        let answers = Answers::new();
-        let mut retry = Retry::new(&answers);
-        answers.answered();
-        assert_eq!(retry.wait(Duration::ZERO).await, Woken::Answered);
-        // That attempt's connection dropped at once (say, its command refused):
-        // the polls that keep answering no longer bring attempts.
-        let waiting = Instant::now();
-        let poll = answers.clone();
-        let polls = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                poll.answered();
-            }
-        });
-        assert_eq!(retry.wait(Duration::from_millis(5)).await, Woken::Waited);
-        // The full back-off: the second step, the answer having ended the first.
-        assert_eq!(waiting.elapsed(), Duration::from_secs(1));
-        assert_eq!(retry.wait(Duration::ZERO).await, Woken::Waited);
-        // A connection that holds makes answers count again.
-        assert_eq!(retry.wait(Retry::PROVEN).await, Woken::Answered);
-        polls.abort();
+        assert_eq!(waiting.elapsed(), Retry::FIRST);
     }
 }

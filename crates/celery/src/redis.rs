@@ -528,7 +528,7 @@ impl BrokerProbe for RedisCheck {
     async fn watch(&self, alarm: Alarm, answers: Answers) {
         let key = format!("_overseer.watch.{}", uuid::Uuid::new_v4().simple());
         let mut watched = Watched::new(&alarm, &self.identity, &answers);
-        loop {
+        'connecting: loop {
             let deadline = Instant::now() + WATCH_CONNECT;
             let Ok(mut conn) = self.connect(deadline, WATCH_CONNECT).await else {
                 // Not answering: the polls say why.
@@ -548,9 +548,20 @@ impl BrokerProbe for RedisCheck {
                         .query_async(&mut conn),
                 )
                 .await;
-                if !matches!(popped, Ok(Ok(_))) {
-                    watched.lost();
-                    break;
+                match popped {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) if e.code().is_some() && !e.is_connection_dropped() => {
+                        // The broker answered, with an error: news for a
+                        // poll, at the back-off's pace, which no poll's
+                        // answer can hasten.
+                        watched.refused();
+                        watched.wait_out().await;
+                        continue 'connecting;
+                    }
+                    _ => {
+                        watched.lost();
+                        break;
+                    }
                 }
             }
             watched.wait(connected.elapsed()).await;
