@@ -454,7 +454,7 @@ fn three_faults(venv: PathBuf, broker_url: String, server: &str, stall: Stall) {
     );
     assert!(
         reason(&now).starts_with(&format!(
-            "0 of at least 1 workers alive: {node} sent no heartbeat for"
+            "0 of at least 1 workers alive: {node} sent no heartbeat since"
         )),
         "{now}"
     );

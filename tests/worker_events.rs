@@ -81,7 +81,7 @@ fn a_worker_killed_with_nothing_waiting_is_named_from_its_silence() {
         .to_owned();
     assert!(
         reason.starts_with(&format!(
-            "0 of at least 1 workers alive: {node} sent no heartbeat for"
+            "0 of at least 1 workers alive: {node} sent no heartbeat since"
         )),
         "{reason}"
     );

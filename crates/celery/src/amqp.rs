@@ -189,11 +189,11 @@ impl AmqpCheck {
 
     /// A connection of a watcher's or subscription's own, called `name`
     /// ([`BrokerProbe::watch`], [`BrokerProbe::subscribe`]): heartbeats every
-    /// [`WATCH_HEARTBEAT`] seconds, so a broker that stops answering without
-    /// closing is an error within two of them.
-    async fn held_connection(&self, name: &str) -> Option<Connection> {
+    /// `heartbeat` seconds, so a broker that stops answering without closing
+    /// is an error within two of them.
+    async fn held_connection(&self, name: &str, heartbeat: u16) -> Option<Connection> {
         let mut uri = self.uri.clone();
-        uri.query.heartbeat = Some(WATCH_HEARTBEAT);
+        uri.query.heartbeat = Some(heartbeat);
         let properties = ConnectionProperties::default().with_connection_name(name.into());
         let connecting = async {
             match &self.tls {
@@ -384,6 +384,13 @@ impl AmqpCheck {
 /// The heartbeat, in seconds, of a watcher's connection: missed twice, lapin
 /// reports the connection lost.
 const WATCH_HEARTBEAT: u16 = 1;
+/// The heartbeat, in seconds, of an event subscription's connection. Longer
+/// than the watch's: the watch says a broker is gone; the subscription only
+/// needs to know that it still hears, and a 1 s heartbeat missed on a loaded
+/// host (a worker's shutdown takes both cores for a moment) would turn every
+/// worker `unknown` for a reconnect. A broker that closes the socket is lost
+/// at once either way.
+const EVENTS_HEARTBEAT: u16 = 5;
 /// How long a watcher waits for its connection.
 const WATCH_CONNECT: Duration = Duration::from_secs(3);
 /// What RabbitMQ's management UI calls a watcher's connection.
@@ -453,7 +460,7 @@ impl BrokerProbe for AmqpCheck {
     async fn watch(&self, alarm: Alarm, answers: Answers) {
         let mut watched = Watched::new(&alarm, &self.identity, &answers);
         loop {
-            let Some(conn) = self.held_connection(WATCH_CONNECTION_NAME).await else {
+            let Some(conn) = self.held_connection(WATCH_CONNECTION_NAME, WATCH_HEARTBEAT).await else {
                 watched.unreachable();
                 watched.wait(Duration::ZERO).await;
                 continue;
@@ -472,8 +479,9 @@ impl BrokerProbe for AmqpCheck {
     /// `worker.#`, on a heartbeating connection of its own.
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
         let mut retry = Retry::new(&answers);
+        let mut told = false;
         loop {
-            let Some(conn) = self.held_connection(EVENTS_CONNECTION_NAME).await else {
+            let Some(conn) = self.held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT).await else {
                 retry.wait(Duration::ZERO).await;
                 continue;
             };
@@ -507,6 +515,28 @@ impl BrokerProbe for AmqpCheck {
                     }
                     events.deaf(index);
                     tracing::debug!(broker = %self.identity, "the workers' events subscription ended");
+                }
+                Ok(Err(e)) if e.to_string().contains("ACCESS_REFUSED") => {
+                    // The user may not use `celeryev` (its permissions or
+                    // topic permissions): no poll's answer changes that; said
+                    // once, asked again at the longest back-off.
+                    let reason = scrub_with(&e.to_string(), &[&self.password]);
+                    if !told {
+                        told = true;
+                        tracing::warn!(broker = %self.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
+                    }
+                    events.cannot_listen(
+                        index,
+                        format!(
+                            "broker {} refuses the subscription to the workers' heartbeats \
+                             (ACCESS_REFUSED: the user may not use exchange {})",
+                            self.identity,
+                            events::EXCHANGE
+                        ),
+                    );
+                    drop(conn);
+                    retry.wait_out().await;
+                    continue;
                 }
                 Ok(Err(e)) => {
                     let reason = scrub_with(&e.to_string(), &[&self.password]);

@@ -35,7 +35,7 @@ use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
 use crate::redis::RedisCheck;
 use crate::tls::Verification;
 use crate::url::{Broker, BrokerUrl, RedisAddress, TlsOptions, Transport};
-use crate::verdict::{verdict, workers_not_counted};
+use crate::verdict::{Workers, verdict};
 
 /// The longest queue name AMQP can carry (a short string).
 const AMQP_NAME_MAX: usize = 255;
@@ -303,29 +303,35 @@ impl CeleryCheck {
         } else {
             None
         };
-        let heard = self
-            .inner
-            .events
-            .as_ref()
-            .and_then(|events| events.workers());
-        let (health, mut reason) = verdict(
+        let events = self.inner.events.as_deref();
+        let heard = events.and_then(WorkerEvents::workers);
+        let refused = events.and_then(WorkerEvents::unheard);
+        let warming = refused.is_none() && heard.is_none() && events.is_some();
+        let unheard = refused.or_else(|| {
+            warming.then(|| {
+                "the workers' heartbeats have not been listened for long enough yet".to_owned()
+            })
+        });
+        let (health, reason) = verdict(
             &brokers,
-            workers.as_ref(),
-            heard.as_deref(),
+            Workers {
+                ping: workers.as_ref(),
+                heard: heard.as_deref(),
+                unheard: unheard.as_deref(),
+                warming,
+            },
             window,
             settings.min_workers,
         );
-        if health == ExecutorHealth::Healthy
-            && settings.min_workers > 0
-            && workers.is_none()
+        // Until the heartbeats can say whether a worker is gone, a verdict the
+        // brokers alone would make healthy waits (bounded: `SETTLE_WITHIN`).
+        let pending = !matches!(health, ExecutorHealth::Unhealthy { .. })
             && heard.is_none()
-            && let Some(why) = self.inner.events.as_ref().and_then(|e| e.unheard())
-        {
-            reason = Some(workers_not_counted(reason, &why));
-        }
+            && events.is_some_and(WorkerEvents::pending);
         Probe {
             health,
             reason,
+            pending,
             checked_at,
             brokers,
             workers,
@@ -568,6 +574,7 @@ impl HealthCheck for CeleryCheck {
             health: probe.health.clone(),
             detail: (!detail.is_empty()).then_some(detail),
             note,
+            pending: probe.pending,
         });
         *self
             .inner

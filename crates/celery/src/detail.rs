@@ -25,6 +25,10 @@ pub struct Probe {
     /// Why: the verdict's reason when `unhealthy`; for `unknown`, which transport is
     /// not checked; for `healthy`, the failover brokers that did not answer, if any.
     pub reason: Option<String>,
+    /// The verdict waits: the brokers answer, but the workers' heartbeats
+    /// have not been listened for long enough yet to say whether one is gone
+    /// ([`crate::events`]); the verdict held stays meanwhile.
+    pub pending: bool,
     /// When the check started.
     pub checked_at: DateTime<Utc>,
     /// Each broker of the URL, in failover order.
@@ -177,6 +181,7 @@ mod tests {
         Probe {
             health: ExecutorHealth::Healthy,
             reason: None,
+            pending: false,
             checked_at: Utc::now(),
             brokers,
             workers,

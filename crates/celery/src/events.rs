@@ -19,15 +19,25 @@
 //! What is known only counts while it is listened for:
 //! - nothing is said of the workers until a subscription has been up for
 //!   [`WARM_UP`] (two default heartbeats): every live worker has spoken by then;
+//!   meanwhile, for at most [`SETTLE_WITHIN`] from the first poll, the check
+//!   says its verdict is still pending ([`WorkerEvents::pending`]), so that a
+//!   restart during a worker outage does not read healthy for a moment;
 //! - a worker is judged gone only while a subscription is up, and stays gone
 //!   until it speaks again: a subscription that drops and comes back neither
 //!   blames a worker for heartbeats it could not hear nor forgets one already
-//!   found gone.
+//!   found gone;
+//! - while no subscription is up (the broker down, the subscription refused
+//!   or reconnecting), a worker last heard alive is `unknown`, never `online`:
+//!   no heartbeat could arrive, so nothing is known of it;
+//! - a gone worker is forgotten an hour after it was last heard, unless no
+//!   worker is online then: the last worker's death is never forgotten.
 //!
 //! A broker that cannot be subscribed to at all (a Redis older than 6 has no
-//! RESP3, so no pushes) is said so ([`WorkerEvents::cannot_listen`]): the
-//! verdict then notes that the workers are not counted, and why, rather than
-//! leave `min_workers` silently unjudged.
+//! RESP3, so no pushes; a user the broker does not allow to read Celery's
+//! events: a Redis ACL without the channel, a RabbitMQ user refused
+//! `celeryev`) is said so ([`WorkerEvents::cannot_listen`]): the verdict then
+//! says that the workers are not counted, and why, rather than leave them
+//! silently unjudged.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -54,6 +64,12 @@ const DEFAULT_FREQ: Duration = Duration::from_secs(2);
 
 /// How long a subscription must be up before its silence means anything.
 pub(crate) const WARM_UP: Duration = Duration::from_secs(4);
+
+/// How long after the first poll the check may keep its verdict pending
+/// while no subscription has warmed up: a subscription that cannot come up
+/// by then (the broker refuses it, or it keeps failing) does not keep the
+/// executor unjudged; the verdict then says the workers are not counted.
+pub(crate) const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 
 /// The most workers kept: a stream that names more (a hostile publisher) is
 /// not followed past it; the oldest-heard are dropped first.
@@ -196,6 +212,8 @@ pub(crate) enum State {
     Gone,
     /// It said `worker-offline`: stopped cleanly.
     Offline,
+    /// Heard alive, but no subscription is up now: nothing can be known of it.
+    Unknown,
 }
 
 impl State {
@@ -204,6 +222,7 @@ impl State {
             Self::Online => "online",
             Self::Gone => "gone",
             Self::Offline => "offline",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -234,6 +253,8 @@ struct Inner {
     warmed: bool,
     /// Why each broker that cannot be subscribed to cannot, by index.
     cannot: BTreeMap<usize, String>,
+    /// When the check first asked ([`WorkerEvents::pending`]).
+    first_asked: Option<Instant>,
 }
 
 impl WorkerEvents {
@@ -254,14 +275,34 @@ impl WorkerEvents {
         self.lock().cannot.insert(index, why);
     }
 
-    /// Why the workers cannot be heard, while nothing can be said of them and
-    /// a broker cannot be subscribed to.
+    /// Why the workers cannot be heard now, while no subscription is up:
+    /// the reason a broker cannot be subscribed to, if one cannot, else that
+    /// the subscription is not up (yet, or again).
     pub(crate) fn unheard(&self) -> Option<String> {
         let inner = self.lock();
-        if inner.warmed {
+        if !inner.listening.is_empty() {
             return None;
         }
-        inner.cannot.values().next().cloned()
+        Some(
+            inner.cannot.values().next().cloned().unwrap_or_else(|| {
+                "the subscription to the workers' heartbeats is not up".to_owned()
+            }),
+        )
+    }
+
+    /// Whether the verdict should wait: nothing can be said of the workers
+    /// yet, no broker has refused the subscription, and the first poll was
+    /// less than [`SETTLE_WITHIN`] ago. The first call starts that clock.
+    pub(crate) fn pending(&self) -> bool {
+        self.pending_at(Instant::now())
+    }
+
+    fn pending_at(&self, now: Instant) -> bool {
+        let mut inner = self.lock();
+        let first = *inner.first_asked.get_or_insert(now);
+        !inner.warmed
+            && inner.cannot.is_empty()
+            && now.saturating_duration_since(first) < SETTLE_WITHIN
     }
 
     /// Broker `index`'s subscription dropped.
@@ -341,8 +382,12 @@ impl WorkerEvents {
         if !inner.warmed {
             return None;
         }
+        // The last worker's death is not forgotten while none is online.
+        let any_online = inner.workers.values().any(|h| h.state == State::Online);
         inner.workers.retain(|_, heard| {
-            heard.state == State::Online || now.saturating_duration_since(heard.last) < FORGET_AFTER
+            heard.state == State::Online
+                || (heard.state == State::Gone && !any_online)
+                || now.saturating_duration_since(heard.last) < FORGET_AFTER
         });
         let mut workers = Vec::with_capacity(inner.workers.len());
         for (name, heard) in &mut inner.workers {
@@ -353,9 +398,13 @@ impl WorkerEvents {
                 heard.state = State::Gone;
             }
             let every_ms = u64::try_from(heard.freq.as_millis()).unwrap_or(u64::MAX);
+            let state = match heard.state {
+                State::Online if since.is_none() => State::Unknown,
+                state => state,
+            };
             workers.push(Worker {
                 name: name.clone(),
-                state: heard.state,
+                state,
                 silent_for: now.saturating_duration_since(heard.last),
                 freq: heard.freq,
                 heartbeat: WorkerHeartbeat {
@@ -466,17 +515,73 @@ mod tests {
         events.lock().listening.insert(0, t0);
         events.heard_at(event("heartbeat", "celery@w1"), at(5), Utc::now());
         assert_eq!(events.workers_at(at(6)).unwrap()[0].state, State::Online);
-        // Deaf from 7 s to 20 s: nothing judged meanwhile.
+        // Deaf from 7 s to 20 s: nothing judged meanwhile, and nothing known:
+        // the worker is unknown, not online, and the reason is said.
         events.lock().listening.remove(&0);
-        assert_eq!(events.workers_at(at(15)).unwrap()[0].state, State::Online);
+        assert_eq!(events.workers_at(at(15)).unwrap()[0].state, State::Unknown);
+        assert_eq!(
+            events.unheard().as_deref(),
+            Some("the subscription to the workers' heartbeats is not up")
+        );
         // Listening again at 20 s: the worker has two heartbeats from then on.
         events.lock().listening.insert(0, at(20));
         assert_eq!(events.workers_at(at(23)).unwrap()[0].state, State::Online);
+        assert_eq!(events.unheard(), None);
         assert_eq!(events.workers_at(at(25)).unwrap()[0].state, State::Gone);
     }
 
     #[test]
-    fn an_offline_worker_is_offline_and_a_gone_one_is_forgotten_after_an_hour() {
+    fn a_refused_subscription_is_said_and_ends_the_wait() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        assert!(
+            events.pending_at(t0),
+            "the first poll waits for the heartbeats"
+        );
+        assert!(events.pending_at(t0 + SETTLE_WITHIN - Duration::from_millis(1)));
+        assert!(
+            !events.pending_at(t0 + SETTLE_WITHIN),
+            "the wait is bounded"
+        );
+
+        let refused = WorkerEvents::default();
+        assert!(refused.pending_at(t0));
+        let why =
+            "broker redis://b:6379/0 refused the subscription to the workers' heartbeats: NOPERM";
+        refused.cannot_listen(0, why.to_owned());
+        assert!(
+            !refused.pending_at(t0),
+            "a refusal will not warm up: no wait"
+        );
+        assert_eq!(refused.unheard().as_deref(), Some(why));
+        // Listening after all (the ACL was fixed): the refusal is forgotten.
+        refused.listening(0);
+        assert_eq!(refused.unheard(), None);
+    }
+
+    #[test]
+    fn the_last_worker_gone_is_not_forgotten_while_none_is_online() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        events.lock().listening.insert(0, t0);
+        events.heard_at(event("heartbeat", "celery@a"), t0, Utc::now());
+        let later = t0 + FORGET_AFTER * 2;
+        let workers = events.workers_at(later).unwrap();
+        assert_eq!(workers.len(), 1);
+        assert_eq!(workers[0].state, State::Gone);
+        // Another worker comes online: the old one is forgotten in time.
+        events.heard_at(event("heartbeat", "celery@b"), later, Utc::now());
+        let names: Vec<_> = events
+            .workers_at(later + Duration::from_secs(1))
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(names, ["celery@b"]);
+    }
+
+    #[test]
+    fn an_offline_worker_is_offline_and_forgotten_after_an_hour() {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
         events.lock().listening.insert(0, t0);
@@ -488,12 +593,15 @@ mod tests {
             states,
             [("celery@a", State::Gone), ("celery@b", State::Offline)]
         );
-        assert_eq!(
-            events
-                .workers_at(t0 + FORGET_AFTER + Duration::from_secs(1))
-                .unwrap(),
-            []
-        );
+        // An hour on, the clean stop is forgotten; the death is not, while no
+        // worker is online (see the next test).
+        let names: Vec<_> = events
+            .workers_at(t0 + FORGET_AFTER + Duration::from_secs(1))
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.name, w.state))
+            .collect();
+        assert_eq!(names, [("celery@a".to_owned(), State::Gone)]);
     }
 
     #[test]

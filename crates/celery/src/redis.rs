@@ -456,6 +456,8 @@ impl RedisCheck {
             format!("{id} is loading its dataset into memory and cannot serve yet (LOADING)")
         } else if code == "MASTERDOWN" {
             format!("{id} is a replica that lost its master (MASTERDOWN)")
+        } else if code == "NOPERM" {
+            format!("{id} refused the command: the user lacks the permission (NOPERM)")
         } else if code == "READONLY" {
             format!("{id} is a read-only replica, not the master Celery sends tasks to")
         } else if e.is_connection_dropped() || e.is_io_error() {
@@ -606,6 +608,24 @@ impl BrokerProbe for RedisCheck {
                         index,
                         format!(
                             "broker {} cannot send the workers' heartbeats (it does not speak RESP3: Redis 6 or later)",
+                            self.identity
+                        ),
+                    );
+                    retry.wait_out().await;
+                    continue;
+                }
+                Err(reason) if reason.contains("NOPERM") => {
+                    // An ACL user without the channel (new users get none):
+                    // no poll's answer changes that; said once, asked again
+                    // at the longest back-off.
+                    if !told {
+                        told = true;
+                        tracing::warn!(broker = %self.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
+                    }
+                    events.cannot_listen(
+                        index,
+                        format!(
+                            "broker {} refuses the subscription to the workers' heartbeats (NOPERM: the user may not read channel {pattern})",
                             self.identity
                         ),
                     );

@@ -1,13 +1,25 @@
 //! The verdict over a failover list, from what its brokers and workers answered:
 //! - no broker checked at all (TLS, a transport with no check yet): `unknown`, saying why;
 //! - no broker answered: `unhealthy`, with every broker's reason;
-//! - fewer workers answered the ping than `min_workers`: `unhealthy`; without
-//!   the ping, fewer workers alive by their heartbeats: `unhealthy`, naming
-//!   those gone or offline;
+//! - without the ping, fewer workers alive by their heartbeats than
+//!   `min_workers`: `unhealthy`, naming those gone or offline;
+//! - a worker gone by its heartbeats (two missed, no `worker-offline`): `unhealthy`,
+//!   naming it, with no setting: for [`GONE_HOLD`] after its last heartbeat, and
+//!   for as long as no worker is online (the last worker's death is never
+//!   forgiven by time alone). A worker that said `worker-offline` stopped
+//!   cleanly (a scale-down) and is no fault;
+//! - fewer workers answered the ping than `min_workers`: `unhealthy`;
 //! - a worker answered the ping but consumes no queue at all: `unhealthy`, naming it;
+//! - `min_workers` set, no ping, and the workers cannot be counted now (their
+//!   heartbeats are not heard: the subscription is refused, down, or not yet
+//!   warm): `unknown`, saying why ([`workers_not_counted`]);
 //! - else `healthy`, noting the failover brokers that did not answer, if any,
-//!   and, when `min_workers` cannot be judged because no heartbeat can be heard
-//!   and there is no ping, why ([`workers_not_counted`]).
+//!   and, when the workers' heartbeats cannot be heard, that gone workers are
+//!   not watched and why.
+//!
+//! A reason names what failed and holds still while the fault does: it carries
+//! no age or count that ticks from poll to poll (the last heartbeat's time, not
+//! how long ago it was); those are in the detail.
 //!
 //! Every reason and note goes through [`overseer_core::reason`]: a server's
 //! error text is one line, a failover list of many brokers names a few and
@@ -21,37 +33,54 @@ use overseer_core::{ExecutorHealth, duration, reason};
 use crate::detail::{BrokerReport, BrokerStatus, WorkerPing};
 use crate::events::{State, Worker};
 
+/// How long a worker gone without a goodbye keeps the verdict `unhealthy`
+/// once another worker is online: as long as Airflow's own
+/// `[scheduler] task_instance_heartbeat_timeout` (300 s by default), after
+/// which the scheduler has noticed the tasks the dead worker held and failed
+/// or retried them. With no worker online it holds for as long as that lasts.
+pub const GONE_HOLD: Duration = Duration::from_secs(300);
+
+/// What is known of the workers at a poll, besides the brokers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Workers<'a> {
+    /// The workers' answers to the ping, with `worker_ping`.
+    pub(crate) ping: Option<&'a WorkerPing>,
+    /// The workers by their heartbeats, once a subscription has listened long
+    /// enough to say.
+    pub(crate) heard: Option<&'a [Worker]>,
+    /// Why the heartbeats cannot be counted now (no subscription is up, or
+    /// none has listened long enough yet), with `worker_events`.
+    pub(crate) unheard: Option<&'a str>,
+    /// The subscription is up but has not listened long enough yet: a wait
+    /// that ends by itself, not worth a note beside a healthy verdict.
+    pub(crate) warming: bool,
+}
+
 /// The verdict and its reason (for a healthy verdict, its note), sanitised.
 /// `window` is how long the ping waited, for the reason.
 pub(crate) fn verdict(
     brokers: &[BrokerReport],
-    workers: Option<&WorkerPing>,
-    heard: Option<&[Worker]>,
+    workers: Workers<'_>,
     window: Duration,
     min_workers: u32,
 ) -> (ExecutorHealth, Option<String>) {
-    let (health, reason) = judge(brokers, workers, heard, window, min_workers);
+    let (health, reason) = judge(brokers, workers, window, min_workers);
     (
         reason::sanitise_verdict(health),
         reason.map(|reason| reason::sanitise(&reason)),
     )
 }
 
-/// A healthy verdict's note (`note`, if any, first) when `min_workers` cannot
-/// be judged: no ping, and the workers' heartbeats cannot be heard (`why`).
-pub(crate) fn workers_not_counted(note: Option<String>, why: &str) -> String {
-    let said = format!("workers not counted: {why}; min_workers needs worker_ping = true there");
-    reason::sanitise(&match note {
-        Some(note) => format!("{note}; {said}"),
-        None => said,
-    })
+/// The reason when `min_workers` cannot be judged: no ping, and the workers'
+/// heartbeats cannot be heard (`why`).
+pub(crate) fn workers_not_counted(why: &str) -> String {
+    format!("workers not counted: {why}; min_workers needs worker_ping = true there")
 }
 
 /// The rules of the module's doc, on the brokers' and workers' answers.
 fn judge(
     brokers: &[BrokerReport],
-    workers: Option<&WorkerPing>,
-    heard: Option<&[Worker]>,
+    workers: Workers<'_>,
     window: Duration,
     min_workers: u32,
 ) -> (ExecutorHealth, Option<String>) {
@@ -78,13 +107,21 @@ fn judge(
         let why = reason::list_with(&failed, "; ");
         return (ExecutorHealth::unhealthy(why.clone()), Some(why));
     }
-    if workers.is_none()
-        && let Some(heard) = heard
+    let unhealthy = |reason: String| (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
+    // Heartbeats count only while they are listened for.
+    let listened = workers.heard.filter(|_| workers.unheard.is_none());
+    if workers.ping.is_none()
+        && let Some(heard) = listened
         && let Some(reason) = too_few_alive(heard, min_workers)
     {
-        return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
+        return unhealthy(reason);
     }
-    if let Some(ping) = workers {
+    if let Some(heard) = workers.heard
+        && let Some(reason) = gone(heard)
+    {
+        return unhealthy(reason);
+    }
+    if let Some(ping) = workers.ping {
         let count = ping.answered.len();
         if count < min_workers as usize {
             let mut reason = format!(
@@ -94,7 +131,7 @@ fn judge(
             if !ping.errors.is_empty() {
                 reason = format!("{reason} ({})", reason::list_with(&ping.errors, "; "));
             }
-            return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
+            return unhealthy(reason);
         }
         // A worker that answers but consumes no queue at all does no work, and
         // no task need wait for that to show (apache/airflow#63580: after a
@@ -110,17 +147,30 @@ fn judge(
                 1 => (idle[0].clone(), "answers but consumes"),
                 _ => (reason::list(&idle), "answer but consume"),
             };
-            let reason = format!("{names} {verb} no queue");
-            return (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
+            return unhealthy(format!("{names} {verb} no queue"));
         }
     }
-    let note = (!failed.is_empty()).then(|| {
-        format!(
+    if min_workers > 0
+        && workers.ping.is_none()
+        && let Some(why) = workers.unheard
+    {
+        let why = workers_not_counted(why);
+        return (ExecutorHealth::unknown(why.clone()), Some(why));
+    }
+    let mut notes = Vec::new();
+    if !failed.is_empty() {
+        notes.push(format!(
             "healthy through failover; not answering: {}",
             reason::list_with(&failed, "; ")
-        )
-    });
-    (ExecutorHealth::Healthy, note)
+        ));
+    }
+    if let Some(why) = workers.unheard.filter(|_| !workers.warming) {
+        notes.push(format!("workers not watched: {why}"));
+    }
+    (
+        ExecutorHealth::Healthy,
+        (!notes.is_empty()).then(|| notes.join("; ")),
+    )
 }
 
 /// The reason when fewer than `min_workers` workers are alive by their
@@ -130,26 +180,56 @@ fn too_few_alive(heard: &[Worker], min_workers: u32) -> Option<String> {
     if alive >= min_workers as usize {
         return None;
     }
-    let why: Vec<String> = heard
+    let gone: Vec<&Worker> = heard.iter().filter(|w| w.state == State::Gone).collect();
+    let offline: Vec<String> = heard
         .iter()
-        .filter_map(|w| match w.state {
-            State::Online => None,
-            State::Gone => Some(format!(
-                "{} sent no heartbeat for {} (one every {})",
-                reason::name(&w.name),
-                duration::short(Duration::from_secs(w.silent_for.as_secs())),
-                duration::short(w.freq)
-            )),
-            State::Offline => Some(format!("{} went offline", reason::name(&w.name))),
-        })
+        .filter(|w| w.state == State::Offline)
+        .map(|w| reason::name(&w.name))
         .collect();
+    let mut why = Vec::new();
+    why.extend(no_heartbeat(&gone));
+    match offline.len() {
+        0 => {}
+        1 => why.push(format!("{} went offline", offline[0])),
+        _ => why.push(format!("{} went offline", reason::list(&offline))),
+    }
     let mut reason = format!("{alive} of at least {min_workers} workers alive");
     if why.is_empty() {
         reason.push_str(" (none sends heartbeats)");
     } else {
-        reason = format!("{reason}: {}", reason::list_with(&why, "; "));
+        reason = format!("{reason}: {}", why.join("; "));
     }
     Some(reason)
+}
+
+/// The reason when workers are gone without a goodbye: those gone less than
+/// [`GONE_HOLD`] ago, or every one gone while none is online.
+fn gone(heard: &[Worker]) -> Option<String> {
+    let none_online = !heard.iter().any(|w| w.state == State::Online);
+    let gone: Vec<&Worker> = heard
+        .iter()
+        .filter(|w| w.state == State::Gone && (none_online || w.silent_for < GONE_HOLD))
+        .collect();
+    no_heartbeat(&gone)
+}
+
+/// `celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)`:
+/// the time of the last heartbeat, which holds still, not how long ago. Of
+/// several workers, the latest of their last heartbeats (none sent one since).
+fn no_heartbeat(gone: &[&Worker]) -> Option<String> {
+    let latest = gone.iter().max_by_key(|w| w.heartbeat.last)?;
+    let since = latest.heartbeat.last.format("%Y-%m-%d %H:%M:%S UTC");
+    Some(match gone {
+        [only] => format!(
+            "{} sent no heartbeat since {since} (one every {})",
+            reason::name(&only.name),
+            duration::short(only.freq)
+        ),
+        _ => format!(
+            "{} sent no heartbeat since {since}",
+            reason::list(gone.iter().map(|w| reason::name(&w.name)))
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -157,6 +237,20 @@ mod tests {
     use super::*;
     use crate::check::tests::worker;
     use overseer_core::detail::WorkerDetail;
+
+    fn pinged(ping: &WorkerPing) -> Workers<'_> {
+        Workers {
+            ping: Some(ping),
+            ..Workers::default()
+        }
+    }
+
+    fn heard(workers: &[Worker]) -> Workers<'_> {
+        Workers {
+            heard: Some(workers),
+            ..Workers::default()
+        }
+    }
 
     fn failed(broker: &str, reason: &str) -> BrokerReport {
         BrokerReport {
@@ -179,7 +273,7 @@ mod tests {
             )
         };
         let down: Vec<BrokerReport> = (0..8).map(hostile).collect();
-        let (health, reason) = verdict(&down, None, None, window, 0);
+        let (health, reason) = verdict(&down, Workers::default(), window, 0);
         let ExecutorHealth::Unhealthy { reason: said } = &health else {
             panic!("no broker answered: {health:?}");
         };
@@ -198,7 +292,7 @@ mod tests {
             queues: Vec::new(),
         }];
         through.extend((0..8).map(hostile));
-        let (health, note) = verdict(&through, None, None, window, 0);
+        let (health, note) = verdict(&through, Workers::default(), window, 0);
         assert_eq!(health, ExecutorHealth::Healthy);
         let note = note.expect("the brokers that did not answer are noted");
         assert!(!note.contains('\n') && note.chars().count() <= reason::MAX_CHARS);
@@ -211,7 +305,7 @@ mod tests {
                 .collect(),
             ..WorkerPing::default()
         };
-        let (health, _) = verdict(&through[..1], Some(&ping), None, window, 2);
+        let (health, _) = verdict(&through[..1], pinged(&ping), window, 2);
         let ExecutorHealth::Unhealthy { reason: said } = &health else {
             panic!("too few workers: {health:?}");
         };
@@ -269,61 +363,69 @@ mod tests {
             // Workers scaled to zero (KEDA): nothing answered, none is idle.
             ("no worker at all", vec![], ExecutorHealth::Healthy),
         ] {
-            let (health, _) = verdict(&broker, Some(&ping(answered)), None, window, 0);
+            let (health, _) = verdict(&broker, pinged(&ping(answered)), window, 0);
             assert_eq!(health, expected, "{case}");
         }
     }
 
-    #[test]
-    fn without_the_ping_min_workers_counts_the_workers_alive_by_their_heartbeats() {
-        use crate::events::{State, Worker};
+    /// A worker heard by its heartbeats, last at 06:03:53 UTC, `silent` ms ago.
+    fn worker_heard(name: &str, state: State, silent: u64) -> Worker {
         use overseer_core::detail::WorkerHeartbeat;
-        let window = Duration::from_secs(1);
-        let broker = [BrokerReport {
-            broker: "redis://ok:6379/0".into(),
-            status: BrokerStatus::Answered,
-            queues: Vec::new(),
-        }];
-        let heard = |name: &str, state: State, silent: u64| Worker {
+        Worker {
             name: name.into(),
             state,
             silent_for: Duration::from_millis(silent),
             freq: Duration::from_secs(2),
             heartbeat: WorkerHeartbeat {
-                last: chrono::Utc::now(),
+                last: "2026-12-02T06:03:53.5Z".parse().unwrap(),
                 every_ms: 2000,
                 active: None,
                 processed: None,
                 loadavg: None,
                 software: None,
             },
-        };
+        }
+    }
+
+    fn answered() -> [BrokerReport; 1] {
+        [BrokerReport {
+            broker: "redis://ok:6379/0".into(),
+            status: BrokerStatus::Answered,
+            queues: Vec::new(),
+        }]
+    }
+
+    #[test]
+    fn without_the_ping_min_workers_counts_the_workers_alive_by_their_heartbeats() {
+        let window = Duration::from_secs(1);
+        let broker = answered();
         for (case, workers, min, expected) in [
             (
                 "one alive of one",
-                vec![heard("celery@w1", State::Online, 500)],
+                vec![worker_heard("celery@w1", State::Online, 500)],
                 1,
                 ExecutorHealth::Healthy,
             ),
             (
                 "the only worker gone",
-                vec![heard("celery@w1", State::Gone, 5300)],
+                vec![worker_heard("celery@w1", State::Gone, 5300)],
                 1,
                 ExecutorHealth::unhealthy(
-                    "0 of at least 1 workers alive: celery@w1 sent no heartbeat for 5s (one every 2s)",
+                    "0 of at least 1 workers alive: celery@w1 sent no heartbeat since \
+                     2026-12-02 06:03:53 UTC (one every 2s)",
                 ),
             ),
             (
                 "one gone, one offline, one alive",
                 vec![
-                    heard("celery@w1", State::Gone, 9000),
-                    heard("celery@w2", State::Offline, 1000),
-                    heard("celery@w3", State::Online, 100),
+                    worker_heard("celery@w1", State::Gone, 9000),
+                    worker_heard("celery@w2", State::Offline, 1000),
+                    worker_heard("celery@w3", State::Online, 100),
                 ],
                 2,
                 ExecutorHealth::unhealthy(
-                    "1 of at least 2 workers alive: celery@w1 sent no heartbeat for 9s (one every 2s); \
-                     celery@w2 went offline",
+                    "1 of at least 2 workers alive: celery@w1 sent no heartbeat since \
+                     2026-12-02 06:03:53 UTC (one every 2s); celery@w2 went offline",
                 ),
             ),
             (
@@ -335,22 +437,193 @@ mod tests {
             // Scaled to zero, with no minimum: nothing to say.
             ("none, none asked for", vec![], 0, ExecutorHealth::Healthy),
         ] {
-            let (health, _) = verdict(&broker, None, Some(&workers), window, min);
+            let (health, _) = verdict(&broker, heard(&workers), window, min);
             assert_eq!(health, expected, "{case}");
         }
-        // Not yet known (the subscription warms up): the rule does not judge.
-        assert_eq!(
-            verdict(&broker, None, None, window, 1).0,
-            ExecutorHealth::Healthy
-        );
         // With the ping, the ping counts: a worker alive by its heartbeat that
         // does not answer is not alive.
         let ping = WorkerPing::default();
-        let alive = [heard("celery@w1", State::Online, 100)];
-        let (health, _) = verdict(&broker, Some(&ping), Some(&alive), window, 1);
+        let alive = [worker_heard("celery@w1", State::Online, 100)];
+        let both = Workers {
+            ping: Some(&ping),
+            heard: Some(&alive),
+            unheard: None,
+            warming: false,
+        };
+        let (health, _) = verdict(&broker, both, window, 1);
         assert_eq!(
             health,
             ExecutorHealth::unhealthy("0 of at least 1 workers answered ping within 1s")
+        );
+    }
+
+    #[test]
+    fn a_worker_gone_without_a_goodbye_is_unhealthy_with_no_setting() {
+        let window = Duration::from_secs(1);
+        let broker = answered();
+        let gone_reason =
+            "celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)";
+        let hold = GONE_HOLD.as_millis() as u64;
+        for (case, workers, expected) in [
+            (
+                "the only worker gone",
+                vec![worker_heard("celery@w1", State::Gone, 4100)],
+                ExecutorHealth::unhealthy(gone_reason),
+            ),
+            (
+                "the only worker gone for an hour: none is online, it still counts",
+                vec![worker_heard("celery@w1", State::Gone, 3_600_000)],
+                ExecutorHealth::unhealthy(gone_reason),
+            ),
+            (
+                "gone beside one alive, within the hold",
+                vec![
+                    worker_heard("celery@w1", State::Gone, hold - 1),
+                    worker_heard("celery@w2", State::Online, 100),
+                ],
+                ExecutorHealth::unhealthy(gone_reason),
+            ),
+            (
+                "gone beside one alive, past the hold",
+                vec![
+                    worker_heard("celery@w1", State::Gone, hold),
+                    worker_heard("celery@w2", State::Online, 100),
+                ],
+                ExecutorHealth::Healthy,
+            ),
+            (
+                "a clean stop (worker-offline, as a scale-down sends) is no fault",
+                vec![worker_heard("celery@w1", State::Offline, 100)],
+                ExecutorHealth::Healthy,
+            ),
+            (
+                "two gone: both named",
+                vec![
+                    worker_heard("celery@w1", State::Gone, 5000),
+                    worker_heard("celery@w2", State::Gone, 5000),
+                ],
+                ExecutorHealth::unhealthy(
+                    "celery@w1, celery@w2 sent no heartbeat since 2026-12-02 06:03:53 UTC",
+                ),
+            ),
+            (
+                "unknown (nobody listens) is neither alive nor gone",
+                vec![worker_heard("celery@w1", State::Unknown, 100)],
+                ExecutorHealth::Healthy,
+            ),
+        ] {
+            let (health, _) = verdict(&broker, heard(&workers), window, 0);
+            assert_eq!(health, expected, "{case}");
+        }
+
+        // The reason holds still while the fault lasts: the same at every poll.
+        let at = |silent| {
+            verdict(
+                &broker,
+                heard(&[worker_heard("celery@w1", State::Gone, silent)]),
+                window,
+                0,
+            )
+            .0
+        };
+        assert_eq!(at(4100), at(60_000));
+
+        // With the ping on as well, the heartbeats name the worker: a frozen
+        // worker is not blamed on a ping that could not be answered.
+        let ping = WorkerPing {
+            errors: vec![
+                "broker redis://ok:6379/0: the broker did not set the ping up in time".into(),
+            ],
+            ..WorkerPing::default()
+        };
+        let frozen = [worker_heard("celery@w1", State::Gone, 4100)];
+        let both = Workers {
+            ping: Some(&ping),
+            heard: Some(&frozen),
+            unheard: None,
+            warming: false,
+        };
+        assert_eq!(
+            verdict(&broker, both, window, 1).0,
+            ExecutorHealth::unhealthy(gone_reason)
+        );
+    }
+
+    #[test]
+    fn workers_that_cannot_be_heard_are_not_counted_and_say_why() {
+        let window = Duration::from_secs(1);
+        let broker = answered();
+        let why =
+            "broker redis://ok:6379/0 refused the subscription to the workers' heartbeats: NOPERM";
+        let last_alive = [worker_heard("celery@w1", State::Unknown, 100)];
+        let deaf = Workers {
+            ping: None,
+            heard: Some(&last_alive),
+            unheard: Some(why),
+            warming: false,
+        };
+        // min_workers cannot be judged: unknown, not healthy, not "0 alive".
+        assert_eq!(
+            verdict(&broker, deaf, window, 1),
+            (
+                ExecutorHealth::unknown(workers_not_counted(why)),
+                Some(workers_not_counted(why))
+            )
+        );
+        // With no minimum the verdict is the brokers', and it says the workers
+        // are not watched.
+        assert_eq!(
+            verdict(&broker, deaf, window, 0),
+            (
+                ExecutorHealth::Healthy,
+                Some(format!("workers not watched: {why}"))
+            )
+        );
+        // A worker found gone before the subscription dropped stays the cause.
+        let gone = [worker_heard("celery@w1", State::Gone, 5000)];
+        let deaf_gone = Workers {
+            heard: Some(&gone),
+            ..deaf
+        };
+        assert!(matches!(
+            verdict(&broker, deaf_gone, window, 1).0,
+            ExecutorHealth::Unhealthy { reason } if reason.starts_with("celery@w1 sent no heartbeat since")
+        ));
+        // With the ping, the ping counts the workers.
+        let ping = WorkerPing {
+            answered: vec![worker("celery@w1", Some(&["default"]))],
+            ..WorkerPing::default()
+        };
+        let pinging = Workers {
+            ping: Some(&ping),
+            ..deaf
+        };
+        assert_eq!(
+            verdict(&broker, pinging, window, 1).0,
+            ExecutorHealth::Healthy
+        );
+    }
+
+    #[test]
+    fn a_subscription_warming_up_waits_without_a_note() {
+        let window = Duration::from_secs(1);
+        let broker = answered();
+        let why = "the workers' heartbeats have not been listened for long enough yet";
+        let warming = Workers {
+            unheard: Some(why),
+            warming: true,
+            ..Workers::default()
+        };
+        // No minimum: the brokers' verdict, and no note for a wait that ends
+        // by itself (the check says it is pending).
+        assert_eq!(
+            verdict(&broker, warming, window, 0),
+            (ExecutorHealth::Healthy, None)
+        );
+        // A minimum cannot be judged yet: unknown, saying why.
+        assert_eq!(
+            verdict(&broker, warming, window, 1).0,
+            ExecutorHealth::unknown(workers_not_counted(why))
         );
     }
 }

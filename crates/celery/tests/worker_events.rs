@@ -82,9 +82,11 @@ async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: boo
     let queue = support::unique_name("overseer-ev");
     let check = check(url, &queue);
     // The first poll subscribes; until it has listened for two heartbeats it
-    // says nothing of the workers, and the minimum is not judged.
+    // says nothing of the workers, and its verdict waits (pending): not
+    // healthy, since the minimum cannot be judged yet.
     let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
-    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert!(probe.pending, "{probe:?}");
+    assert!(health.is_unknown(), "{probe:?}");
     assert_eq!(probe.heartbeats, None, "nothing said before the warm-up");
 
     let worker = Worker::start_heartbeating(&venv, url, &queue);
@@ -116,7 +118,7 @@ async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: boo
     };
     assert!(
         reason.starts_with(&format!(
-            "0 of at least 1 workers alive: {node} sent no heartbeat for "
+            "0 of at least 1 workers alive: {node} sent no heartbeat since "
         )) && reason.ends_with("(one every 2s)"),
         "{reason}"
     );
@@ -131,15 +133,25 @@ async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: boo
         tokio::time::sleep(SAMPLE).await;
     }
 
+    // A second worker comes up: the first one's death still holds the
+    // verdict (for `GONE_HOLD` after its last heartbeat), named, not the
+    // newcomer.
+    let mut second = Worker::start_heartbeating(&venv, url, &queue);
+    let other = second.node.clone();
+    let (health, _, _) = poll_until(&check, "the second worker alive", |_, p| {
+        state_of(p, &other).as_deref() == Some("online")
+    })
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = &health else {
+        panic!("the dead worker is forgotten at once: {health:?}");
+    };
+    assert!(
+        reason.starts_with(&format!("{node} sent no heartbeat since ")),
+        "{reason}"
+    );
     // A worker that stops cleanly says so (`worker-offline`): not alive, named.
     // Celery sends that event as it closes its connection; over AMQP it is
     // sometimes lost with it, and the worker is then gone by its silence.
-    let mut second = Worker::start_heartbeating(&venv, url, &queue);
-    let other = second.node.clone();
-    poll_until(&check, "the second worker alive", |h, p| {
-        *h == ExecutorHealth::Healthy && state_of(p, &other).as_deref() == Some("online")
-    })
-    .await;
     second.stop();
     let (health, probe, _) = poll_until(&check, "not alive once stopped", |_, p| {
         state_of(p, &other).is_some_and(|s| s != "online")
@@ -148,11 +160,17 @@ async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: boo
     let ExecutorHealth::Unhealthy { reason } = &health else {
         panic!("{health:?} {probe:?}");
     };
+    // Both are named: the killed one by its silence, the stopped one by its
+    // goodbye or, lost that, by its silence beside the first.
     let said = match state_of(&probe, &other).as_deref() {
         Some("offline") => format!("{other} went offline"),
-        _ => format!("{other} sent no heartbeat for"),
+        _ => "sent no heartbeat since".to_string(),
     };
-    assert!(reason.contains(&said), "{reason}");
+    assert!(reason.contains(&said), "{reason} {probe:?}");
+    assert!(
+        reason.contains(&node) && reason.contains(&other),
+        "{reason} {probe:?}"
+    );
     assert!(
         !offline_expected || reason.contains("went offline"),
         "worker-offline is delivered on this broker: {reason}"
@@ -249,11 +267,175 @@ async fn a_redis_without_resp3_says_the_workers_are_not_counted() {
         p.reason.as_deref() == Some(said.as_str())
     })
     .await;
-    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    // The minimum cannot be judged: unknown, never healthy, and no wait.
+    assert_eq!(health, ExecutorHealth::unknown(said.clone()), "{probe:?}");
+    assert!(!probe.pending, "{probe:?}");
     assert_eq!(probe.heartbeats, None, "{probe:?}");
     // It stays said, past what a listening subscription would take to warm up.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
-    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(health, ExecutorHealth::unknown(said.clone()), "{probe:?}");
     assert_eq!(probe.reason.as_deref(), Some(said.as_str()), "{probe:?}");
+}
+
+/// A Redis 7 ACL user without channels (new ACL users get none): the
+/// subscription is refused. With `min_workers = 1` and no worker at all the
+/// verdict is `unknown`, naming the refusal, never `healthy`; with the
+/// defaults it is the broker's, noting that gone workers are not watched.
+#[tokio::test]
+async fn a_redis_user_refused_the_channels_says_the_workers_are_not_counted() {
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let admin = redis::Client::open(broker.url(None, 0)).unwrap();
+    let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
+    // Every key and command, no channel: `resetchannels` as Redis 7 defaults.
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "airflow",
+            "on",
+            ">s3cret",
+            "~*",
+            "+@all",
+            "resetchannels",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = broker
+        .url(None, 0)
+        .replacen("redis://", "redis://airflow:s3cret@", 1);
+    // The broker is named by its address, without the user.
+    let shown = broker.url(None, 0);
+    let queue = support::unique_name("overseer-ev");
+    let why = format!(
+        "broker {shown} refuses the subscription to the workers' heartbeats \
+         (NOPERM: the user may not read channel /0.celeryev/worker.*)"
+    );
+    let counted = check(&url, &queue);
+    let said = format!("workers not counted: {why}; min_workers needs worker_ping = true there");
+    let (health, probe, _) = poll_until(&counted, "the refusal said", |h, _| {
+        !h.is_unknown() || { *h == ExecutorHealth::unknown(said.clone()) }
+    })
+    .await;
+    assert_eq!(health, ExecutorHealth::unknown(said.clone()), "{probe:?}");
+    assert!(!format!("{probe:?}").contains("s3cret"), "{probe:?}");
+
+    let defaults = CeleryCheck::new(
+        &BrokerUrl::parse(&url).unwrap(),
+        CheckSettings {
+            queues: vec![queue.clone()],
+            poll_timeout: support::POLL_TIMEOUT,
+            ..CheckSettings::default()
+        },
+    )
+    .unwrap();
+    let note = format!("workers not watched: {why}");
+    let (health, probe, _) = poll_until(&defaults, "the note says why", |_, p| {
+        p.reason.as_deref() == Some(note.as_str())
+    })
+    .await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+}
+
+/// With no setting but the defaults (`min_workers = 0`, no ping), as a new
+/// operator runs it: a worker killed (no goodbye) is unhealthy, named, within
+/// two heartbeats and a poll; a worker stopped cleanly (`worker-offline`, as
+/// a scale-down sends) is no fault; and while the broker is down the workers
+/// are `unknown`, not `online`.
+#[tokio::test]
+async fn with_the_defaults_a_killed_worker_is_caught_and_a_clean_stop_is_not() {
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let Some(venv) = support::venv() else { return };
+    let url = broker.url(None, 0);
+    let queue = support::unique_name("overseer-ev");
+    let check = CeleryCheck::new(
+        &BrokerUrl::parse(&url).unwrap(),
+        CheckSettings {
+            queues: vec![queue.clone()],
+            poll_timeout: support::POLL_TIMEOUT,
+            ..CheckSettings::default()
+        },
+    )
+    .unwrap();
+
+    // A clean stop: offline, and the verdict stays healthy.
+    let mut first = Worker::start_heartbeating(&venv, &url, &queue);
+    let node = first.node.clone();
+    poll_until(&check, "the worker heard", |h, p| {
+        *h == ExecutorHealth::Healthy && state_of(p, &node).as_deref() == Some("online")
+    })
+    .await;
+    first.stop();
+    let (health, probe, _) = poll_until(&check, "offline once stopped", |_, p| {
+        state_of(p, &node).as_deref() == Some("offline")
+    })
+    .await;
+    assert_eq!(health, ExecutorHealth::Healthy, "a scale-down: {probe:?}");
+    for _ in 0..12 {
+        let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+        assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+        tokio::time::sleep(SAMPLE).await;
+    }
+
+    // SIGKILL: only silence. Nothing waits in the queue.
+    let second = Worker::start_heartbeating(&venv, &url, &queue);
+    let other = second.node.clone();
+    poll_until(&check, "the second worker heard", |h, p| {
+        *h == ExecutorHealth::Healthy && state_of(p, &other).as_deref() == Some("online")
+    })
+    .await;
+    second.signal("KILL");
+    let (health, _, took) = poll_until(&check, "unhealthy once silent", |h, _| {
+        *h != ExecutorHealth::Healthy
+    })
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = &health else {
+        panic!("{health:?}");
+    };
+    assert!(
+        reason.starts_with(&format!("{other} sent no heartbeat since "))
+            && reason.ends_with(" UTC (one every 2s)"),
+        "{reason}"
+    );
+    support::note(&format!(
+        "defaults: SIGKILLed worker unhealthy after {took:?} (2 heartbeats of 2s, polled every {SAMPLE:?})"
+    ));
+    // The fault continues: never healthy, the same reason at every poll.
+    for _ in 0..8 {
+        let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
+        assert_eq!(
+            health,
+            ExecutorHealth::unhealthy(reason.clone()),
+            "{probe:?}"
+        );
+        tokio::time::sleep(SAMPLE).await;
+    }
+
+    // A third worker alive, then the broker down: nothing can be heard, so
+    // the workers are unknown, and the broker is the cause.
+    let third = Worker::start_heartbeating(&venv, &url, &queue);
+    let alive = third.node.clone();
+    poll_until(&check, "the third worker heard", |_, p| {
+        state_of(p, &alive).as_deref() == Some("online")
+    })
+    .await;
+    broker.kill();
+    let (health, probe, _) = poll_until(&check, "the worker unknown", |_, p| {
+        state_of(p, &alive).as_deref() == Some("unknown")
+    })
+    .await;
+    let ExecutorHealth::Unhealthy { reason } = &health else {
+        panic!("{health:?} {probe:?}");
+    };
+    assert!(reason.starts_with("broker "), "{reason}");
+    assert_eq!(
+        state_of(&probe, &other).as_deref(),
+        Some("gone"),
+        "{probe:?}"
+    );
+    drop(third);
 }

@@ -29,6 +29,12 @@ pub struct Observation {
     /// as the instance's `reason` while it is healthy. Dropped with any other
     /// verdict, whose reason says what matters.
     pub note: Option<String>,
+    /// The check has not heard enough yet to judge (a Celery check whose
+    /// subscription to the workers' heartbeats is still warming up): the
+    /// supervisor keeps the verdict it holds (before the first, the row's
+    /// `not checked yet`) and takes only the evidence. An `unhealthy` verdict
+    /// is never pending: what the check saw fail is reported at once.
+    pub pending: bool,
 }
 
 impl Observation {
@@ -38,6 +44,7 @@ impl Observation {
             health,
             detail: Some(detail),
             note: None,
+            pending: false,
         }
     }
 
@@ -80,6 +87,7 @@ impl Observation {
             health: self.health.scrubbed(),
             detail,
             note: self.note.map(|note| crate::secret::scrub(&note)),
+            pending: self.pending,
         }
     }
 }
@@ -90,6 +98,7 @@ impl From<ExecutorHealth> for Observation {
             health,
             detail: None,
             note: None,
+            pending: false,
         }
     }
 }

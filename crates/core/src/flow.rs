@@ -81,6 +81,7 @@ impl FlowWatch {
             health,
             detail,
             note,
+            pending,
         } = observation;
         let mut detail = detail.unwrap_or_default();
         let mut findings = self.queue_findings(&detail.queues, max_age, now);
@@ -101,10 +102,13 @@ impl FlowWatch {
         };
         detail.queued_tasks = queued;
         let note = note.filter(|_| health == ExecutorHealth::Healthy);
+        // A finding is a verdict of its own: it does not wait.
+        let pending = pending && !matches!(health, ExecutorHealth::Unhealthy { .. });
         Observation {
             health,
             detail: (!detail.is_empty()).then_some(detail),
             note,
+            pending,
         }
     }
 

@@ -154,6 +154,7 @@ pub fn sanitise_observation(observation: Observation) -> Observation {
         health: sanitise_verdict(observation.health),
         note: observation.note.map(|note| sanitise(&note)),
         detail: observation.detail,
+        pending: observation.pending,
     }
 }
 

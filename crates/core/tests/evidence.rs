@@ -132,6 +132,7 @@ impl HealthCheck for Noted {
             health: ExecutorHealth::Healthy,
             detail: None,
             note,
+            pending: false,
         }
     }
 }

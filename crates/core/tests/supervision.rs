@@ -125,6 +125,89 @@ impl HealthCheck for Healthy {
     }
 }
 
+/// Answers its polls from a script, one observation a poll, the last one
+/// for good: `(health, pending)`.
+#[derive(Clone)]
+struct Scripted(Arc<Mutex<std::collections::VecDeque<(ExecutorHealth, bool)>>>);
+
+impl Scripted {
+    fn new(script: impl IntoIterator<Item = (ExecutorHealth, bool)>) -> Self {
+        Self(Arc::new(Mutex::new(script.into_iter().collect())))
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthCheck for Scripted {
+    async fn get_health(&self) -> ExecutorHealth {
+        self.observe().await.health
+    }
+
+    async fn observe(&self) -> overseer_core::Observation {
+        let mut script = self.0.lock().unwrap();
+        let (health, pending) = if script.len() > 1 {
+            script.pop_front().unwrap()
+        } else {
+            script.front().cloned().unwrap()
+        };
+        overseer_core::Observation {
+            pending,
+            ..health.into()
+        }
+    }
+}
+
+#[test]
+fn a_pending_verdict_is_never_reported_and_changes_none_held() {
+    paused(|| async {
+        // A restart during an outage: the check cannot judge for three polls
+        // (it would say healthy from the brokers alone), then finds the fault.
+        // Nothing is reported before it: no false recovery in between.
+        let down = ExecutorHealth::unhealthy(
+            "celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)",
+        );
+        let settings = every(Duration::from_secs(1), Duration::from_millis(500));
+        let (_supervisor, verdicts, _) = supervise(
+            settings,
+            RestartPolicy::default(),
+            vec![
+                Executor::new(
+                    "CeleryExecutor",
+                    Scripted::new([
+                        (ExecutorHealth::Healthy, true),
+                        (ExecutorHealth::Healthy, true),
+                        (ExecutorHealth::Healthy, true),
+                        (down.clone(), false),
+                        (ExecutorHealth::Healthy, true),
+                        (ExecutorHealth::Healthy, true),
+                        (down.clone(), false),
+                    ]),
+                ),
+                Executor::new(
+                    "CeleryExecutor",
+                    Scripted::new([
+                        (ExecutorHealth::Healthy, true),
+                        (ExecutorHealth::Healthy, false),
+                    ]),
+                ),
+            ],
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Pending polls neither come before the first verdict nor, after it,
+        // replace the verdict held: it stays unhealthy throughout.
+        let first = verdicts.of(0);
+        assert!(
+            !first.is_empty() && first.iter().all(|v| *v == down),
+            "{first:?}"
+        );
+        let second = verdicts.of(1);
+        assert!(
+            !second.is_empty() && second.iter().all(|v| *v == ExecutorHealth::Healthy),
+            "{second:?}"
+        );
+        System::current().stop();
+    });
+}
+
 #[test]
 fn a_check_that_never_returns_is_unhealthy_after_the_timeout_then_skipped_for_1000_ticks() {
     paused(|| async {
@@ -409,17 +492,6 @@ fn a_late_answer_is_dropped_and_clears_the_guard_for_the_next_tick() {
     });
 }
 
-/// Answers from a script, one verdict per call.
-#[derive(Clone)]
-struct Scripted(Arc<Mutex<Vec<ExecutorHealth>>>);
-
-#[async_trait::async_trait]
-impl HealthCheck for Scripted {
-    async fn get_health(&self) -> ExecutorHealth {
-        self.0.lock().unwrap().remove(0)
-    }
-}
-
 #[test]
 fn damping_reports_a_change_only_after_enough_consecutive_answers() {
     paused(|| async {
@@ -444,7 +516,7 @@ fn damping_reports_a_change_only_after_enough_consecutive_answers() {
             RestartPolicy::default(),
             vec![Executor::new(
                 "CeleryExecutor",
-                Scripted(Arc::new(Mutex::new(script))),
+                Scripted::new(script.into_iter().map(|h| (h, false))),
             )],
         );
         tokio::time::sleep(Duration::from_secs(75)).await;
@@ -577,6 +649,7 @@ fn a_poll_that_comes_while_a_check_runs_waits_for_it_and_gets_its_verdict() {
             health,
             detail: None,
             note: None,
+            pending: false,
         };
         let panicked = ExecutorHealth::unhealthy("health check panicked: broker client poisoned");
         assert_eq!(
@@ -610,6 +683,7 @@ fn answers_to_polls_no_longer_in_flight_are_ignored() {
                 health: ExecutorHealth::Healthy,
                 detail: None,
                 note: None,
+                pending: false,
             });
         }
         tokio::time::sleep(Duration::from_secs(25)).await;

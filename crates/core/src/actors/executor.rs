@@ -78,6 +78,9 @@ pub struct Answered {
     pub detail: Option<Arc<Detail>>,
     /// Beside a `healthy` verdict, what is worth knowing all the same.
     pub note: Option<String>,
+    /// The check has not heard enough to judge yet ([`Observation::pending`]):
+    /// the verdict held stays.
+    pub pending: bool,
 }
 
 /// The way back for one poll's answer. It answers once: with the verdict, or,
@@ -102,6 +105,7 @@ impl Reply {
                 executor: self.executor,
                 tick: self.tick,
                 note: observation.healthy_note().map(str::to_owned),
+                pending: observation.pending,
                 health: observation.health,
                 detail: observation.detail.map(Arc::new),
             });

@@ -280,7 +280,13 @@ impl HealthSupervisor {
             ExecutorStats::bump(&executor.stats.timeouts);
             // The verdict's line says it, once; a poll's timeout is detail.
             tracing::debug!(executor = %executor.label, "{reason}");
-            self.observe(index, ExecutorHealth::unhealthy(reason.clone()), None, None);
+            self.observe(
+                index,
+                ExecutorHealth::unhealthy(reason.clone()),
+                None,
+                None,
+                false,
+            );
         }
     }
 
@@ -293,6 +299,7 @@ impl HealthSupervisor {
             health,
             detail,
             note,
+            pending,
         } = answer;
         let Some(executor) = self.executors.get_mut(index) else {
             return;
@@ -314,39 +321,47 @@ impl HealthSupervisor {
             return;
         }
         executor.stats.observe_poll(in_flight.sent.elapsed());
-        self.observe(index, health, detail, note);
+        self.observe(index, health, detail, note, pending);
     }
 
     /// Applies the damping thresholds, and reports the verdict that results;
-    /// or, when the verdict held stays, the evidence if it changed.
+    /// or, when the verdict held stays, the evidence if it changed. A pending
+    /// observation (the check cannot judge yet) changes no verdict and counts
+    /// toward none: before the first verdict it is not reported at all (the
+    /// row stays `not checked yet`), after it only its evidence is.
     fn observe(
         &mut self,
         index: usize,
         observed: ExecutorHealth,
         detail: Option<Arc<Detail>>,
         note: Option<String>,
+        pending: bool,
     ) {
         let settings = self.settings;
         let executor = &mut self.executors[index];
-        let report = match &observed {
-            ExecutorHealth::Healthy => {
-                executor.failures = 0;
-                executor.successes = executor.successes.saturating_add(1);
-                executor.reported == ExecutorHealth::Healthy
-                    || executor.successes >= settings.successes_before_healthy
-            }
-            ExecutorHealth::Unhealthy { .. } => {
-                executor.successes = 0;
-                executor.failures = executor.failures.saturating_add(1);
-                matches!(executor.reported, ExecutorHealth::Unhealthy { .. })
-                    || executor.failures >= settings.failures_before_unhealthy
-            }
-            ExecutorHealth::Unknown { .. } => {
-                executor.failures = 0;
-                executor.successes = 0;
-                true
-            }
-        };
+        if pending && executor.reported_at.is_none() {
+            return;
+        }
+        let report = !pending
+            && match &observed {
+                ExecutorHealth::Healthy => {
+                    executor.failures = 0;
+                    executor.successes = executor.successes.saturating_add(1);
+                    executor.reported == ExecutorHealth::Healthy
+                        || executor.successes >= settings.successes_before_healthy
+                }
+                ExecutorHealth::Unhealthy { .. } => {
+                    executor.successes = 0;
+                    executor.failures = executor.failures.saturating_add(1);
+                    matches!(executor.reported, ExecutorHealth::Unhealthy { .. })
+                        || executor.failures >= settings.failures_before_unhealthy
+                }
+                ExecutorHealth::Unknown { .. } => {
+                    executor.failures = 0;
+                    executor.successes = 0;
+                    true
+                }
+            };
         if !report {
             if executor.detail != detail {
                 executor.detail = detail.clone();
