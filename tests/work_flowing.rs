@@ -222,7 +222,10 @@ fn a_queue_nobody_consumes_is_named(broker: Broker) {
     send_tasks(&venv, &broker.url(), &b, TASKS, None);
     let (serving, _dir) = serve(broker, &[&a, &b], true);
 
-    let waiting = format!("queue {b}: {TASKS} messages waiting and no worker consumes it (for ");
+    let waiting = format!(
+        "queue {b}: messages waiting and no worker consumed it in {}s",
+        MAX_QUEUED_AGE.as_secs()
+    );
     let instance = instance_until(
         &serving,
         "unhealthy, naming the queue nobody consumes",
@@ -292,9 +295,12 @@ fn a_frozen_worker_stalls_its_queue_until_thawed(broker: Broker, worker_ping: bo
     );
     // The consumer is still there (RabbitMQ counts it) or not known (Redis without
     // the ping): it is the stall rule that fires, not the one for no consumer.
-    assert!(!why.contains("no worker consumes it"), "{stalled}");
+    assert!(!why.contains("no worker consumed it"), "{stalled}");
     if let Broker::RabbitMq = broker {
-        assert!(why.ends_with(", 1 consumer"), "{stalled}");
+        assert!(
+            queue(&stalled, &a).is_some_and(|q| q["consumers"] == 1),
+            "{stalled}"
+        );
     }
     assert!(
         queue(&stalled, &a).is_some_and(|q| q["depth"].as_u64() > Some(0)),

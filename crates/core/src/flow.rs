@@ -9,9 +9,15 @@
 //!
 //! | evidence | unhealthy when | reason |
 //! |---|---|---|
-//! | Airflow's `task_instance` rows in `queued` ([`QueuedTasks`]) | some were queued longer than the limit | `3 task instances queued longer than 5m on queue default (oldest 14m)` |
-//! | a queue with messages and no consumer | it stayed so for the limit | `queue gpu: 4 messages waiting and no worker consumes it (for 5m)` |
-//! | a queue with messages whose depth never went down | for the limit, consumers or not known | `queue default: 120 messages waiting, none taken in 5m, 2 consumers` |
+//! | Airflow's `task_instance` rows in `queued` ([`QueuedTasks`]) | some were queued longer than the limit | `task instances queued longer than 5m on queue default` |
+//! | a queue with messages and no consumer | it stayed so for the limit | `queue gpu: messages waiting and no worker consumed it in 5m` |
+//! | a queue with messages whose depth never went down | for the limit, consumers or not known | `queue default: messages waiting, none taken in 5m` |
+//!
+//! A reason holds still while its fault continues: it names the queue and the
+//! limit, never a count or an age that ticks from poll to poll (how many wait,
+//! the oldest's age, the consumers), which are in the detail (`queues`,
+//! `queued_tasks`). History, alerts and Airflow's copy of the entry then change
+//! only when the fault does.
 //!
 //! Evidence survives a poll that could not see (a timeout, a broker that did
 //! not answer, a depth or a consumer count that could not be read): what was
@@ -57,8 +63,6 @@ pub struct FlowWatch {
 struct QueueHistory {
     /// The depth last read.
     depth: u64,
-    /// The consumers last reported with it (`None`: not known then).
-    consumers: Option<u32>,
     /// The last poll that found it empty or shallower than the one before
     /// (or first saw it).
     progress_at: Instant,
@@ -170,7 +174,6 @@ impl FlowWatch {
     fn observe(&mut self, key: (String, String), depth: u64, consumers: Option<u32>, now: Instant) {
         let history = self.queues.entry(key).or_insert(QueueHistory {
             depth,
-            consumers,
             progress_at: now,
             unconsumed_since: None,
         });
@@ -178,7 +181,6 @@ impl FlowWatch {
             history.progress_at = now;
         }
         history.depth = depth;
-        history.consumers = consumers;
         history.unconsumed_since = match (depth, consumers) {
             (0, _) | (_, Some(1..)) => None,
             (_, Some(0)) => Some(history.unconsumed_since.unwrap_or(now)),
@@ -194,25 +196,18 @@ impl QueueHistory {
     /// hide a queue that has taken nothing for longer (consumers unknown for
     /// minutes, then seen to be zero).
     fn finding(&self, name: &str, max_age: Duration, now: Instant) -> Option<String> {
-        let unconsumed_for = self
+        let unconsumed = self
             .unconsumed_since
-            .map(|since| now.saturating_duration_since(since))
-            .filter(|held| *held >= max_age);
-        if let Some(held) = unconsumed_for {
+            .is_some_and(|since| now.saturating_duration_since(since) >= max_age);
+        if unconsumed {
             return Some(format!(
-                "{name}: {} waiting and no worker consumes it (for {})",
-                messages(self.depth),
-                duration::age(held)
+                "{name}: messages waiting and no worker consumed it in {}",
+                duration::age(max_age)
             ));
         }
         if self.depth > 0 && now.saturating_duration_since(self.progress_at) >= max_age {
-            let consumers = match self.consumers {
-                Some(n) => format!(", {n} consumer{}", plural(u64::from(n))),
-                None => String::new(),
-            };
             return Some(format!(
-                "{name}: {} waiting, none taken in {}{consumers}",
-                messages(self.depth),
+                "{name}: messages waiting, none taken in {}",
                 duration::age(max_age)
             ));
         }
@@ -230,27 +225,13 @@ fn queued_findings(queued: &QueuedTasks, max_age: Duration) -> Vec<String> {
         .iter()
         .filter(|q| q.overdue > 0)
         .map(|q| {
-            let oldest = q
-                .oldest_seconds
-                .map(|s| format!(" (oldest {})", duration::age(Duration::from_secs(s))))
-                .unwrap_or_default();
             format!(
-                "{} task instance{} queued longer than {} on queue {}{oldest}",
-                q.overdue,
-                plural(q.overdue),
+                "task instances queued longer than {} on queue {}",
                 duration::age(max_age),
                 q.queue
             )
         })
         .collect()
-}
-
-fn messages(n: u64) -> String {
-    format!("{n} message{}", plural(n))
-}
-
-fn plural(n: u64) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 #[cfg(test)]

@@ -101,8 +101,8 @@ async fn a_check_s_evidence_reaches_the_report_and_judges_whether_work_flows() {
         unreachable!()
     };
     assert!(
-        reason.starts_with("queue gpu: 5 messages waiting and no worker consumes it (for ")
-            || reason == "queue gpu: 5 messages waiting, none taken in 3s, 0 consumers",
+        reason == "queue gpu: messages waiting and no worker consumed it in 3s"
+            || reason == "queue gpu: messages waiting, none taken in 3s",
         "{reason}"
     );
     assert_eq!(queue_of(&report).unwrap().consumers, Some(0));
