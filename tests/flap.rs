@@ -130,7 +130,7 @@ fn watch(serving: &Serving, window: Duration) -> Watched {
     let both = [FAST.0.to_owned(), SLOW.0.to_owned()];
     let (first, first_hosts) = loop {
         let (seen, hosts) = read(serving);
-        if hosts == both && seen.status == "healthy" {
+        if hosts == both && seen.status == "healthy" && seen.detailed_status == "healthy" {
             break (seen, hosts);
         }
         assert!(

@@ -358,8 +358,10 @@ pub struct RowExtras {
 #[serde(deny_unknown_fields)]
 pub struct ExecutorEntry {
     /// `healthy` when at least one live row exists and none says `unhealthy`
-    /// (`unknown` never counts as dead).
-    pub status: Status,
+    /// (`unknown` never counts as dead); `null` while no live row has been
+    /// checked yet (right after a start: nothing has answered, so nothing is
+    /// healthy), as Airflow writes a component it knows nothing of.
+    pub status: Option<Status>,
     /// The most recent executor row's heartbeat, alive or not.
     #[serde(
         rename = "latest_executor_heartbeat",
@@ -446,7 +448,7 @@ impl HealthReport {
             Component::Scheduler => self.scheduler.status,
             Component::Triggerer => self.triggerer.status,
             Component::DagProcessor => self.dag_processor.status,
-            Component::Executor => self.executor.as_ref().map(|e| e.status),
+            Component::Executor => self.executor.as_ref().and_then(|e| e.status),
         }
     }
 }

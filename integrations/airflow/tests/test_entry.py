@@ -83,6 +83,15 @@ class Entry(unittest.TestCase):
         mixed = entry(row(executor_health="unknown"), row(2, hostname="sched-2"))
         self.assertEqual((mixed["status"], mixed["detailed_status"]), ("healthy", "healthy"))
 
+    def test_nothing_checked_yet_is_null_never_healthy(self) -> None:
+        fresh = entry(
+            row(executor_health="unknown", executor_health_checked_at=None),
+            row(2, hostname="sched-2", executor_health="unknown", executor_health_checked_at=None),
+        )
+        self.assertEqual((fresh["status"], fresh["detailed_status"]), (None, "unknown"))
+        one = entry(row(executor_health="unknown", executor_health_checked_at=None), row(2, hostname="sched-2"))
+        self.assertEqual((one["status"], one["detailed_status"]), ("healthy", "healthy"))
+
     def test_a_value_overseer_does_not_write_is_unhealthy_saying_so(self) -> None:
         i = entry(row(executor_health="sick"))["instances"][0]
         self.assertEqual((i["health"], i["reason"]), ("unhealthy", 'job table: executor_health has unexpected value "sick"'))

@@ -219,8 +219,11 @@ impl HealthReport {
                 } else {
                     DetailedStatus::from_counts(fine, instances.len())
                 };
+                // Nothing has answered yet: not healthy, not dead either.
+                let checked = instances.iter().any(|i| i.checked_at.is_some());
                 ExecutorEntry {
-                    status: Status::from_ok(!instances.is_empty() && fine == instances.len()),
+                    status: (instances.is_empty() || checked)
+                        .then(|| Status::from_ok(!instances.is_empty() && fine == instances.len())),
                     latest_heartbeat: latest.latest_heartbeat,
                     detailed_status,
                     instances,

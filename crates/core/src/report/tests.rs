@@ -49,6 +49,14 @@ fn executor_row(id: i32, age: i64, host: &str, health: ExecutorHealth) -> job::M
     }
 }
 
+/// A live executor row its supervisor has not checked yet (just started).
+fn unchecked_row(id: i32, host: &str) -> job::Model {
+    job::Model {
+        executor_health_checked_at: None,
+        ..executor_row(id, 1, host, ExecutorHealth::default())
+    }
+}
+
 /// Builds the report the way the aggregator reads rows: the most recent job per
 /// type by Airflow's rule, and the open running rows.
 fn report(rows: Vec<job::Model>) -> Value {
@@ -330,6 +338,19 @@ fn executor_entry_rules_table() {
             expect: Some(("healthy", "unknown", 1)),
         },
         Case {
+            what: "right after a start, nothing checked yet: status null, never healthy",
+            rows: vec![unchecked_row(1, "a"), unchecked_row(2, "b")],
+            expect: Some(("null", "unknown", 2)),
+        },
+        Case {
+            what: "one instance checked beside unchecked ones: judged",
+            rows: vec![
+                unchecked_row(1, "a"),
+                executor_row(2, 1, "b", ExecutorHealth::Healthy),
+            ],
+            expect: Some(("healthy", "healthy", 2)),
+        },
+        Case {
             what: "one verdict beside unknown ones decides",
             rows: vec![
                 executor_row(1, 1, "a", ExecutorHealth::default()),
@@ -384,6 +405,10 @@ fn executor_entry_rules_table() {
             None => assert!(body.get("executor").is_none(), "{}", case.what),
             Some((status, detailed, instances)) => {
                 let executor = &body["executor"];
+                let status = match status {
+                    "null" => Value::Null,
+                    said => Value::from(said),
+                };
                 assert_eq!(executor["status"], status, "{}", case.what);
                 assert_eq!(executor["detailed_status"], detailed, "{}", case.what);
                 assert_eq!(

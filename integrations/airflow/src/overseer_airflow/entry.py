@@ -9,7 +9,8 @@ field                       rule
 ==========================  ====================================================
 ``status``                  ``healthy`` when at least one live row exists and
                             none says ``unhealthy`` (``unknown`` never counts as
-                            dead); else ``unhealthy``
+                            dead); ``null`` while no live row has been checked
+                            yet (right after a start); else ``unhealthy``
 ``latest_executor_heartbeat``  the *most recent* row's heartbeat, alive or not
                             (Airflow's rule: running rows first, then the latest
                             heartbeat)
@@ -164,8 +165,13 @@ def executor_entry(rows: Iterable[Row], threshold: timedelta, now: datetime) -> 
         detailed = HEALTHY
     else:
         detailed = "degraded"
+    # Nothing has answered yet: not healthy, not dead either (Airflow's null).
+    checked = any(r.executor_health_checked_at is not None for r in live)
+    status: str | None = HEALTHY if instances and fine == len(instances) else UNHEALTHY
+    if instances and not checked:
+        status = None
     entry: dict[str, Any] = {
-        "status": HEALTHY if instances and fine == len(instances) else UNHEALTHY,
+        "status": status,
         "latest_executor_heartbeat": timestamp(latest.latest_heartbeat if latest else None),
         "detailed_status": detailed,
         "instances": instances,

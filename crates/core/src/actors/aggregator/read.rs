@@ -215,8 +215,23 @@ impl Aggregator {
                     self.others.clear();
                     self.last_full_read = Some(Instant::now());
                 }
+                // Each type's most recent row is read at every refresh: it is
+                // also an instance, as fresh as the top-level heartbeat it gives,
+                // so that a component and its instances agree in one report
+                // (a heartbeat whose commit came later than the read's lookback
+                // would otherwise wait for the next full read).
+                let newest = read.most_recent.iter().flatten().filter(|latest| {
+                    self.others.get(&latest.id).is_none_or(|kept| {
+                        kept.latest_heartbeat < latest.latest_heartbeat
+                            || kept.executor_health_checked_at < latest.executor_health_checked_at
+                    })
+                });
+                let newest: Vec<job::Model> = newest
+                    .filter(|latest| !read.rows.iter().any(|r| r.id == latest.id))
+                    .cloned()
+                    .collect();
                 self.most_recent = read.most_recent;
-                for row in read.rows {
+                for row in read.rows.into_iter().chain(newest) {
                     let open = row.state.as_deref() == Some(JobState::Running.as_str())
                         && row.end_date.is_none()
                         && row.latest_heartbeat.is_some();
