@@ -17,7 +17,7 @@
 //! | `overseer_queued_tasks` | `executor`, `instance`, `queue` | queue with task instances queued, and every configured queue (0 when none) | Airflow's `task_instance` cannot be read |
 //! | `overseer_overdue_queued_tasks` | `executor`, `instance`, `queue` | the same | the same |
 //! | `overseer_oldest_queued_task_seconds` | `executor`, `instance`, `queue` | queue with task instances queued | none on the queue has a `queued_dttm` |
-//! | `overseer_worker_up` | `executor`, `instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet |
+//! | `overseer_worker_up` | `executor`, `instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet; for `overseer_worker_up`, while its heartbeats cannot be heard (`unknown`) |
 //! | `overseer_worker_active_tasks` | `executor`, `instance`, `worker` | the same | the worker did not say |
 //! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `instance`, `worker` | the same | the same |
 //!
@@ -194,7 +194,7 @@ fn components(report: &HealthReport, now: DateTime<Utc>) -> Vec<MetricFamily> {
         ("scheduler", report.scheduler.status),
         ("triggerer", report.triggerer.status),
         ("dag_processor", report.dag_processor.status),
-        ("executor", report.executor.as_ref().map(|e| e.status)),
+        ("executor", report.executor.as_ref().and_then(|e| e.status)),
     ];
     vec![
         family(
@@ -416,13 +416,18 @@ fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
     vec![
         family(
             "overseer_worker_up",
-            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline.",
+            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline; no sample while its heartbeats cannot be heard (unknown).",
             MetricType::GAUGE,
             heard
                 .iter()
-                .map(|(pairs, w, _)| {
-                    let up = w.state.as_deref() == Some("online");
-                    gauge(pairs.clone(), if up { 1.0 } else { 0.0 })
+                .filter_map(|(pairs, w, _)| {
+                    let up = match w.state.as_deref() {
+                        Some("online") => 1.0,
+                        Some("gone" | "offline") => 0.0,
+                        // Not known now (no subscription up): neither up nor down.
+                        _ => return None,
+                    };
+                    Some(gauge(pairs.clone(), up))
                 })
                 .collect(),
         ),

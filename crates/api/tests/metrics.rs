@@ -115,7 +115,7 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
     for (family, help) in [
         (
             "overseer_worker_up",
-            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline.",
+            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline; no sample while its heartbeats cannot be heard (unknown).",
         ),
         (
             "overseer_worker_active_tasks",
@@ -252,4 +252,28 @@ async fn transitions_dropped_unwritten_are_counted() {
     assert!(lines[0].starts_with(&format!("# HELP {family} Transitions")));
     assert_eq!(lines[1], format!("# TYPE {family} counter"));
     assert_eq!(lines[2], format!("{family} 3"));
+}
+
+/// A worker whose heartbeats cannot be heard now (the broker down, the
+/// subscription refused) is `unknown`: `overseer_worker_up` has no sample
+/// for it, neither the 1 of its last heartbeat nor a 0 it did not earn; the
+/// others keep theirs.
+#[actix_web::test]
+async fn a_worker_not_heard_now_has_no_up_sample() {
+    let row = executor_row(1, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy);
+    let mut detail = support::full_detail();
+    let workers = detail.workers.as_mut().unwrap();
+    workers[0].state = Some("unknown".into());
+    let detail = Arc::new(detail);
+    let body = scrape(report_with_detail(vec![row], true, &|_| {
+        Some(detail.clone())
+    }))
+    .await;
+    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    assert_eq!(
+        samples(&body, "overseer_worker_up"),
+        [format!(r#"overseer_worker_up{{{on},worker="celery@w2"}} 0"#)]
+    );
+    // What its last heartbeat said is still what it said.
+    assert_eq!(samples(&body, "overseer_worker_active_tasks").len(), 2);
 }
