@@ -323,9 +323,13 @@ impl CeleryCheck {
             window,
             settings.min_workers,
         );
-        // Until the heartbeats can say whether a worker is gone, a verdict the
-        // brokers alone would make healthy waits (bounded: `SETTLE_WITHIN`).
-        let pending = !matches!(health, ExecutorHealth::Unhealthy { .. })
+        // Until the heartbeats can say whether a worker is gone, a verdict that
+        // a broker's answer would make healthy (or unknown for the workers'
+        // count alone) waits (bounded: `SETTLE_WITHIN`). One no broker was
+        // checked for, or an unhealthy one, has nothing to wait for.
+        let answered = brokers.iter().any(|b| b.status == BrokerStatus::Answered);
+        let pending = answered
+            && !matches!(health, ExecutorHealth::Unhealthy { .. })
             && heard.is_none()
             && events.is_some_and(WorkerEvents::pending);
         Probe {
@@ -373,6 +377,10 @@ impl CeleryCheck {
                         let events = Arc::clone(events);
                         tokio::spawn(async move { probe.subscribe(index, events, answers).await })
                     })
+                    .chain(self.inner.alarm.get().map(|alarm| {
+                        let (events, alarm) = (Arc::clone(events), alarm.clone());
+                        tokio::spawn(async move { ring_once_settled(&events, &alarm).await })
+                    }))
                     .collect(),
             )
         });
@@ -617,6 +625,25 @@ pub fn executor_with(
     let broker = BrokerUrl::parse(broker_url.expose_secret())?;
     Ok(CeleryCheck::new(&broker, settings)?.executor(name))
 }
+
+/// Rings the executor's alarm once the workers' heartbeats can be judged
+/// (warmed up, refused, or [`crate::events::SETTLE_WITHIN`] passed): the
+/// verdict that waited for them is made then, not at the next tick, which
+/// may be an hour away.
+async fn ring_once_settled(events: &WorkerEvents, alarm: &Alarm) {
+    loop {
+        tokio::time::sleep(SETTLE_LOOK_EVERY).await;
+        // Asking for the workers warms them up once listened long enough.
+        let _ = events.workers();
+        if !events.pending() {
+            alarm.ring();
+            return;
+        }
+    }
+}
+
+/// How often [`ring_once_settled`] looks.
+const SETTLE_LOOK_EVERY: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 pub(crate) mod tests {
