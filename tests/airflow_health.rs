@@ -184,7 +184,8 @@ async fn airflows_endpoint_agrees_with_overseers() {
     let entry = agree(&airflow, &[&a], "healthy, one unchecked", |e| {
         health_of(e, "sched-a", "CeleryExecutor") == Some("healthy")
             && instance(e, "sched-a", "unchecked:CeleryExecutor").is_some_and(|i| {
-                i["health"] == "unknown" && i["reason"] == "the sqs:// transport has no health check yet"
+                i["health"] == "unknown"
+                    && i["reason"] == "the sqs:// transport has no health check yet"
             })
     });
     assert_eq!(

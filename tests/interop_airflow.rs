@@ -452,10 +452,8 @@ async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
                 counted_while_healthy.get_or_insert(instance.clone());
             }
             let reason = instance["reason"].as_str().unwrap_or_default();
-            (instance["health"] == "unhealthy"
-                && names_overdue(reason)
-                && count >= Some(1))
-            .then_some(report)
+            (instance["health"] == "unhealthy" && names_overdue(reason) && count >= Some(1))
+                .then_some(report)
         },
     );
     let seen_at = Utc::now();
@@ -649,7 +647,8 @@ async fn wait_for_rows(
 /// than 10s on queue default`): the count and the oldest's age are in the
 /// detail, not in the reason, which holds still while the fault lasts.
 fn names_overdue(reason: &str) -> bool {
-    let finding = format!("task instances queued longer than {MAX_QUEUED_AGE_SHOWN} on queue default");
+    let finding =
+        format!("task instances queued longer than {MAX_QUEUED_AGE_SHOWN} on queue default");
     reason.split("; ").any(|f| f == finding)
 }
 

@@ -272,7 +272,9 @@ async fn a_worker_not_heard_now_has_no_up_sample() {
     let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
     assert_eq!(
         samples(&body, "overseer_worker_up"),
-        [format!(r#"overseer_worker_up{{{on},worker="celery@w2"}} 0"#)]
+        [format!(
+            r#"overseer_worker_up{{{on},worker="celery@w2"}} 0"#
+        )]
     );
     // What its last heartbeat said is still what it said.
     assert_eq!(samples(&body, "overseer_worker_active_tasks").len(), 2);

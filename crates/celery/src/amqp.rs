@@ -460,7 +460,10 @@ impl BrokerProbe for AmqpCheck {
     async fn watch(&self, alarm: Alarm, answers: Answers) {
         let mut watched = Watched::new(&alarm, &self.identity, &answers);
         loop {
-            let Some(conn) = self.held_connection(WATCH_CONNECTION_NAME, WATCH_HEARTBEAT).await else {
+            let Some(conn) = self
+                .held_connection(WATCH_CONNECTION_NAME, WATCH_HEARTBEAT)
+                .await
+            else {
                 watched.unreachable();
                 watched.wait(Duration::ZERO).await;
                 continue;
@@ -481,7 +484,10 @@ impl BrokerProbe for AmqpCheck {
         let mut retry = Retry::new(&answers);
         let mut told = false;
         loop {
-            let Some(conn) = self.held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT).await else {
+            let Some(conn) = self
+                .held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT)
+                .await
+            else {
                 retry.wait(Duration::ZERO).await;
                 continue;
             };

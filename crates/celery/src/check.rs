@@ -305,9 +305,12 @@ impl CeleryCheck {
         };
         let events = self.inner.events.as_deref();
         let heard = events.and_then(WorkerEvents::workers);
-        let refused = events.and_then(WorkerEvents::unheard);
-        let warming = refused.is_none() && heard.is_none() && events.is_some();
-        let unheard = refused.or_else(|| {
+        let not_up = events.and_then(WorkerEvents::unheard);
+        let warming = not_up.is_none() && heard.is_none() && events.is_some();
+        // Deaf for a moment that ends by itself (warming up, reconnecting
+        // after the broker came back), or for good (refused).
+        let passing = events.is_some_and(|events| !events.refused());
+        let unheard = not_up.or_else(|| {
             warming.then(|| {
                 "the workers' heartbeats have not been listened for long enough yet".to_owned()
             })
@@ -318,7 +321,7 @@ impl CeleryCheck {
                 ping: workers.as_ref(),
                 heard: heard.as_deref(),
                 unheard: unheard.as_deref(),
-                warming,
+                passing,
             },
             window,
             settings.min_workers,

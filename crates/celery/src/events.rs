@@ -290,6 +290,14 @@ impl WorkerEvents {
         )
     }
 
+    /// Whether the heartbeats cannot be heard for a reason that lasts (a
+    /// broker refused the subscription, or cannot send pushes), rather than
+    /// for a moment that ends by itself (warming up, reconnecting).
+    pub(crate) fn refused(&self) -> bool {
+        let inner = self.lock();
+        inner.listening.is_empty() && !inner.cannot.is_empty()
+    }
+
     /// Whether the verdict should wait: nothing can be said of the workers
     /// yet, no broker has refused the subscription, and the first poll was
     /// less than [`SETTLE_WITHIN`] ago. The first call starts that clock.

@@ -51,9 +51,11 @@ pub(crate) struct Workers<'a> {
     /// Why the heartbeats cannot be counted now (no subscription is up, or
     /// none has listened long enough yet), with `worker_events`.
     pub(crate) unheard: Option<&'a str>,
-    /// The subscription is up but has not listened long enough yet: a wait
-    /// that ends by itself, not worth a note beside a healthy verdict.
-    pub(crate) warming: bool,
+    /// The heartbeats are unheard for a moment that ends by itself (the
+    /// subscription warming up, or reconnecting after the broker came back),
+    /// not for good (refused, no pushes): not worth a note beside a healthy
+    /// verdict, which would change its reason twice for nothing.
+    pub(crate) passing: bool,
 }
 
 /// The verdict and its reason (for a healthy verdict, its note), sanitised.
@@ -164,7 +166,7 @@ fn judge(
             reason::list_with(&failed, "; ")
         ));
     }
-    if let Some(why) = workers.unheard.filter(|_| !workers.warming) {
+    if let Some(why) = workers.unheard.filter(|_| !workers.passing) {
         notes.push(format!("workers not watched: {why}"));
     }
     (
@@ -448,7 +450,7 @@ mod tests {
             ping: Some(&ping),
             heard: Some(&alive),
             unheard: None,
-            warming: false,
+            passing: false,
         };
         let (health, _) = verdict(&broker, both, window, 1);
         assert_eq!(
@@ -541,7 +543,7 @@ mod tests {
             ping: Some(&ping),
             heard: Some(&frozen),
             unheard: None,
-            warming: false,
+            passing: false,
         };
         assert_eq!(
             verdict(&broker, both, window, 1).0,
@@ -560,7 +562,7 @@ mod tests {
             ping: None,
             heard: Some(&last_alive),
             unheard: Some(why),
-            warming: false,
+            passing: false,
         };
         // min_workers cannot be judged: unknown, not healthy, not "0 alive".
         assert_eq!(
@@ -605,13 +607,13 @@ mod tests {
     }
 
     #[test]
-    fn a_subscription_warming_up_waits_without_a_note() {
+    fn a_subscription_warming_up_or_reconnecting_waits_without_a_note() {
         let window = Duration::from_secs(1);
         let broker = answered();
         let why = "the workers' heartbeats have not been listened for long enough yet";
         let warming = Workers {
             unheard: Some(why),
-            warming: true,
+            passing: true,
             ..Workers::default()
         };
         // No minimum: the brokers' verdict, and no note for a wait that ends

@@ -566,12 +566,15 @@ async fn a_component_and_its_instance_show_the_same_heartbeat() {
         ))
         .await;
         let report = report_until(&overseer, "the late heartbeat at the top", |r| {
-            r.scheduler.latest_heartbeat.map(|h| h.format("%Y-%m-%d %H:%M:%S%.6f").to_string())
+            r.scheduler
+                .latest_heartbeat
+                .map(|h| h.format("%Y-%m-%d %H:%M:%S%.6f").to_string())
                 == Some(heartbeat.clone())
         })
         .await;
         assert_eq!(
-            report.scheduler.instances[0].latest_heartbeat, report.scheduler.latest_heartbeat,
+            report.scheduler.instances[0].latest_heartbeat,
+            report.scheduler.latest_heartbeat,
             "{}",
             report.json()
         );

@@ -164,7 +164,10 @@ fn an_overdue_reason_holds_still_while_its_count_and_age_tick() {
         assert_eq!(observation.health, said);
         let tasks = observation.detail.as_ref().unwrap().queued_tasks.as_ref();
         let queue = &tasks.unwrap().queues[0];
-        assert_eq!((queue.overdue, queue.oldest_seconds), (overdue, Some(oldest)));
+        assert_eq!(
+            (queue.overdue, queue.oldest_seconds),
+            (overdue, Some(oldest))
+        );
     }
 }
 
@@ -198,7 +201,8 @@ fn a_queue_with_messages_and_no_consumer_is_unhealthy_once_it_held_the_limit() {
     let h = ExecutorHealth::Healthy;
     let verdicts = run(&[(Some(4), Some(0)); 7]);
     // Held past the limit, the reason stays the same (the clock is not in it).
-    let stuck = |_minutes: u32| unhealthy("queue gpu: messages waiting and no worker consumed it in 5m");
+    let stuck =
+        |_minutes: u32| unhealthy("queue gpu: messages waiting and no worker consumed it in 5m");
     assert_eq!(
         verdicts,
         vec![
