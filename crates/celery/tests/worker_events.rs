@@ -123,7 +123,8 @@ async fn a_worker_is_followed_by_its_heartbeats(url: &str, offline_expected: boo
         "{reason}"
     );
     support::note(&format!(
-        "{url}: SIGKILLed worker unhealthy after {took:?} (2 heartbeats of 2s, polled every {SAMPLE:?})"
+        "{}: SIGKILLed worker unhealthy after {took:?} (2 heartbeats of 2s, polled every {SAMPLE:?})",
+        overseer_core::secret::redact(url)
     ));
     // A fault that continues: never healthy again while it lasts.
     for _ in 0..8 {
