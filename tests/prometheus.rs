@@ -206,8 +206,9 @@ impl Prometheus {
     }
 
     /// Asks until the latest scraped verdict on the CeleryExecutor of
-    /// `instance` is 1 (healthy).
-    fn wait_healthy(&self, instance: &str, what: &str) {
+    /// `instance` (its `executor_instance`) is 1 (healthy), and returns that
+    /// series' labels.
+    fn wait_healthy(&self, instance: &str, what: &str) -> Value {
         let deadline = Instant::now() + ALERT_DEADLINE;
         loop {
             let data = self.api(
@@ -217,12 +218,12 @@ impl Prometheus {
                     "overseer_executor_health{executor=\"CeleryExecutor\"}",
                 )],
             );
-            let healthy = data["result"].as_array().is_some_and(|r| {
+            let healthy = data["result"].as_array().and_then(|r| {
                 r.iter()
-                    .any(|s| s["metric"]["exported_instance"] == instance && s["value"][1] == "1")
+                    .find(|s| s["metric"]["executor_instance"] == instance && s["value"][1] == "1")
             });
-            if healthy {
-                return;
+            if let Some(series) = healthy {
+                return series["metric"].clone();
             }
             assert!(
                 Instant::now() < deadline,
@@ -301,8 +302,12 @@ fn the_unhealthy_executor_alert_fires_in_a_real_prometheus_and_resolves() {
         "{loaded:?}"
     );
 
-    // Scraped while healthy: the verdict is 1 and the alert is not there.
-    prometheus.wait_healthy(&instance, "never scraped healthy");
+    // Scraped while healthy: the verdict is 1 and the alert is not there. The
+    // executor's instance is `executor_instance`; `instance` is left to the
+    // target's address, and no `exported_instance` is made.
+    let series = prometheus.wait_healthy(&instance, "never scraped healthy");
+    assert_eq!(series["instance"], serving.address.as_str(), "{series}");
+    assert!(series.get("exported_instance").is_none(), "{series}");
     assert!(prometheus.alerts(UNHEALTHY).is_empty());
 
     // The broker dies: the alert fires, with the executor's labels.
@@ -314,7 +319,9 @@ fn the_unhealthy_executor_alert_fires_in_a_real_prometheus_and_resolves() {
     let alert = &alerts[0];
     let labels = &alert["labels"];
     assert_eq!(labels["executor"], "CeleryExecutor", "{alert}");
-    assert_eq!(labels["instance"], instance.as_str(), "{alert}");
+    assert_eq!(labels["executor_instance"], instance.as_str(), "{alert}");
+    // Aggregated over the scraped Overseers: no target's address on the alert.
+    assert!(labels.get("instance").is_none(), "{alert}");
     assert_eq!(labels["hostname"], "sched-1", "{alert}");
     assert_eq!(labels["job"], "overseer", "{alert}");
     assert_eq!(labels["severity"], "critical", "{alert}");

@@ -4,6 +4,15 @@
 //! published report); a scrape reads them and builds the metric families, so
 //! nothing is recorded twice and a scrape takes no lock an actor waits on.
 //!
+//! # The executor's instance: `executor_instance`
+//!
+//! Every per-executor sample (the verdicts, the poll counters and histogram, the
+//! evidence below) names the executor's instance, its broker URL without
+//! credentials, in `executor_instance`, as the Jobs table's column does. Never in
+//! `instance`: that is Prometheus's own target label (the scraped Overseer's
+//! address), which a scrape would otherwise rename to `exported_instance` or,
+//! with `honor_labels: true`, let this one overwrite.
+//!
 //! # The evidence beside the verdicts
 //!
 //! This host's executor rows carry the evidence of their latest check
@@ -12,18 +21,18 @@
 //!
 //! | gauge | labels | one sample per | absent when |
 //! | --- | --- | --- | --- |
-//! | `overseer_queue_depth` | `executor`, `instance`, `broker`, `queue` | configured queue on a broker that answered | the depth could not be read |
-//! | `overseer_queue_consumers` | `executor`, `instance`, `broker`, `queue` | the same | the transport cannot say (Redis without `worker_ping`) |
-//! | `overseer_queued_tasks` | `executor`, `instance`, `queue` | queue with task instances queued, and every configured queue (0 when none) | Airflow's `task_instance` cannot be read |
-//! | `overseer_overdue_queued_tasks` | `executor`, `instance`, `queue` | the same | the same |
-//! | `overseer_oldest_queued_task_seconds` | `executor`, `instance`, `queue` | queue with task instances queued | none on the queue has a `queued_dttm` |
-//! | `overseer_worker_up` | `executor`, `instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet; for `overseer_worker_up`, while its heartbeats cannot be heard (`unknown`) |
-//! | `overseer_worker_active_tasks` | `executor`, `instance`, `worker` | the same | the worker did not say |
-//! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `instance`, `worker` | the same | the same |
+//! | `overseer_queue_depth` | `executor`, `executor_instance`, `broker`, `queue` | configured queue on a broker that answered | the depth could not be read |
+//! | `overseer_queue_consumers` | `executor`, `executor_instance`, `broker`, `queue` | the same | the transport cannot say (Redis without `worker_ping`) |
+//! | `overseer_queued_tasks` | `executor`, `executor_instance`, `queue` | queue with task instances queued, and every configured queue (0 when none) | Airflow's `task_instance` cannot be read |
+//! | `overseer_overdue_queued_tasks` | `executor`, `executor_instance`, `queue` | the same | the same |
+//! | `overseer_oldest_queued_task_seconds` | `executor`, `executor_instance`, `queue` | queue with task instances queued | none on the queue has a `queued_dttm` |
+//! | `overseer_worker_up` | `executor`, `executor_instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet; for `overseer_worker_up`, while its heartbeats cannot be heard (`unknown`) |
+//! | `overseer_worker_active_tasks` | `executor`, `executor_instance`, `worker` | the same | the worker did not say |
+//! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `executor_instance`, `worker` | the same | the same |
 //!
-//! A queue is labelled by its `broker` as well as its `instance`: a failover
-//! list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose brokers each
-//! hold a copy of the queue, with a depth of their own. Task instances are
+//! A queue is labelled by its `broker` as well as its `executor_instance`: a
+//! failover list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose
+//! brokers each hold a copy of the queue, with a depth of their own. Task instances are
 //! Airflow's rows, on no broker, so they have no `broker` label. A value that
 //! cannot be told is no sample, never a zero. Ages are as of the check.
 //!
@@ -150,7 +159,7 @@ fn verdicts(rows: &[&ExecutorInstance], now: DateTime<Utc>) -> Vec<MetricFamily>
     let row_labels = |i: &ExecutorInstance| {
         vec![
             ("executor", i.executor.clone().unwrap_or_default()),
-            ("instance", i.instance.clone().unwrap_or_default()),
+            ("executor_instance", i.instance.clone().unwrap_or_default()),
             ("hostname", i.hostname.clone().unwrap_or_default()),
         ]
     };
@@ -231,7 +240,10 @@ fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) -> Vec<Metric
     let local = |identity: &ExecutorIdentity| {
         vec![
             ("executor", identity.executor_class.clone()),
-            ("instance", identity.instance.clone().unwrap_or_default()),
+            (
+                "executor_instance",
+                identity.instance.clone().unwrap_or_default(),
+            ),
         ]
     };
     let counters: [(&str, &str, CounterField); 7] = [
@@ -407,7 +419,7 @@ fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
         .filter_map(|(i, w)| {
             let pairs = vec![
                 ("executor", i.executor.clone().unwrap_or_default()),
-                ("instance", i.instance.clone().unwrap_or_default()),
+                ("executor_instance", i.instance.clone().unwrap_or_default()),
                 ("worker", w.name.clone()),
             ];
             Some((pairs, w, w.heartbeat.as_ref()?))
@@ -457,7 +469,7 @@ fn queues(detailed: &[Detailed]) -> Vec<MetricFamily> {
     let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
         vec![
             ("executor", i.executor.clone().unwrap_or_default()),
-            ("instance", i.instance.clone().unwrap_or_default()),
+            ("executor_instance", i.instance.clone().unwrap_or_default()),
             ("broker", broker.to_owned()),
             ("queue", queue.to_owned()),
         ]
@@ -495,7 +507,7 @@ fn queued_tasks(detailed: &[Detailed]) -> Vec<MetricFamily> {
     let on_queue = |i: &ExecutorInstance, queue: &str| {
         vec![
             ("executor", i.executor.clone().unwrap_or_default()),
-            ("instance", i.instance.clone().unwrap_or_default()),
+            ("executor_instance", i.instance.clone().unwrap_or_default()),
             ("queue", queue.to_owned()),
         ]
     };

@@ -38,7 +38,7 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
     let body = scrape(full_report()).await;
     // `CeleryExecutor` on sched-1 told everything; `alias:CeleryExecutor` could
     // read no depth and count no consumer; sched-2's row carries no evidence.
-    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    let on = r#"executor="CeleryExecutor",executor_instance="redis://broker:6379/0""#;
     let broker = r#"broker="redis://broker:6379/0""#;
     assert_eq!(
         samples(&body, "overseer_queue_depth"),
@@ -166,7 +166,8 @@ async fn a_failover_list_has_a_depth_per_broker_and_no_credential_shows() {
         Some(detail.clone())
     }))
     .await;
-    let on = r#"executor="CeleryExecutor",instance="redis://a:6379/0;redis://:***@b:6379/0""#;
+    let on =
+        r#"executor="CeleryExecutor",executor_instance="redis://a:6379/0;redis://:***@b:6379/0""#;
     assert_eq!(
         samples(&body, "overseer_queue_depth"),
         [
@@ -200,7 +201,7 @@ async fn queued_task_instances_are_counted_on_every_configured_queue_even_when_n
         Some(detail.clone())
     }))
     .await;
-    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    let on = r#"executor="CeleryExecutor",executor_instance="redis://broker:6379/0""#;
     assert_eq!(
         samples(&body, "overseer_queued_tasks"),
         [format!(
@@ -269,7 +270,7 @@ async fn a_worker_not_heard_now_has_no_up_sample() {
         Some(detail.clone())
     }))
     .await;
-    let on = r#"executor="CeleryExecutor",instance="redis://broker:6379/0""#;
+    let on = r#"executor="CeleryExecutor",executor_instance="redis://broker:6379/0""#;
     assert_eq!(
         samples(&body, "overseer_worker_up"),
         [format!(
@@ -278,4 +279,76 @@ async fn a_worker_not_heard_now_has_no_up_sample() {
     );
     // What its last heartbeat said is still what it said.
     assert_eq!(samples(&body, "overseer_worker_active_tasks").len(), 2);
+}
+
+/// The executor's instance is `executor_instance` on every per-executor
+/// sample (the verdicts, the poll counters and histogram of this process's
+/// executors, the evidence): never `instance`, Prometheus's own label for the
+/// scraped target, which a scrape would rename to `exported_instance` (or,
+/// with `honor_labels: true`, let overwrite the target's).
+#[actix_web::test]
+async fn no_per_executor_sample_carries_prometheus_instance_label() {
+    use overseer_api::metrics::Metrics;
+    use overseer_core::overseer::ExecutorIdentity;
+    use overseer_core::stats::ExecutorStats;
+
+    let mut harness = Harness::new(full_report(), 4);
+    let local = ExecutorIdentity {
+        executor_class: "CeleryExecutor".into(),
+        instance: Some("redis://broker:6379/0".into()),
+    };
+    harness.state.metrics = Arc::new(Metrics::new(
+        vec![(local, Arc::new(ExecutorStats::default()))],
+        Arc::default(),
+        harness.state.reports.clone(),
+    ));
+    let app = test::init_service(
+        App::new()
+            .app_data(web::Data::new(harness.state.clone()))
+            .configure(overseer_api::routes),
+    )
+    .await;
+    let body =
+        test::call_and_read_body(&app, test::TestRequest::get().uri("/metrics").to_request()).await;
+    let body = String::from_utf8(body.to_vec()).unwrap();
+
+    let per_executor: Vec<&str> = body
+        .lines()
+        .filter(|line| !line.starts_with('#') && line.contains("{executor=\""))
+        .collect();
+    for line in &per_executor {
+        let (_, labels) = line.split_once('{').unwrap();
+        assert!(
+            labels.contains(",executor_instance=\""),
+            "no executor_instance: {line}"
+        );
+        assert!(
+            !labels
+                .replace("executor_instance=", "")
+                .contains("instance="),
+            "a bare instance label: {line}"
+        );
+    }
+    // Every kind of per-executor family was looked at.
+    for family in [
+        "overseer_executor_health",
+        "overseer_executor_seconds_since_check",
+        "overseer_polls_total",
+        "overseer_poll_timeouts_total",
+        "overseer_checks_running",
+        "overseer_poll_duration_seconds_bucket",
+        "overseer_queue_depth",
+        "overseer_queue_consumers",
+        "overseer_queued_tasks",
+        "overseer_oldest_queued_task_seconds",
+        "overseer_worker_up",
+        "overseer_worker_processed_tasks_total",
+    ] {
+        assert!(
+            per_executor
+                .iter()
+                .any(|line| line.starts_with(&format!("{family}{{"))),
+            "{family} has no per-executor sample in:\n{body}"
+        );
+    }
 }

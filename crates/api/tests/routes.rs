@@ -369,9 +369,9 @@ async fn metrics_read_the_published_report() {
     assert!(header_of(&response, header::CONTENT_TYPE).starts_with("text/plain"));
     let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
     for expected in [
-        r#"overseer_executor_health{executor="CeleryExecutor",instance="redis://broker:6379/0",hostname="sched-1"} 1"#,
-        r#"overseer_executor_health{executor="alias:CeleryExecutor",instance="redis://broker:6379/0",hostname="sched-1"} 0"#,
-        r#"overseer_executor_health{executor="LocalExecutor",instance="redis://broker:6379/0",hostname="sched-2"} -1"#,
+        r#"overseer_executor_health{executor="CeleryExecutor",executor_instance="redis://broker:6379/0",hostname="sched-1"} 1"#,
+        r#"overseer_executor_health{executor="alias:CeleryExecutor",executor_instance="redis://broker:6379/0",hostname="sched-1"} 0"#,
+        r#"overseer_executor_health{executor="LocalExecutor",executor_instance="redis://broker:6379/0",hostname="sched-2"} -1"#,
         r#"overseer_component_healthy{component="metadatabase"} 1"#,
         r#"overseer_component_healthy{component="executor"} 0"#,
         "overseer_stream_clients 0",
