@@ -90,6 +90,69 @@ fn the_history_endpoint_answers_each_transition_of_a_served_executor() {
     drop(serving);
 }
 
+/// Overseer killed (SIGKILL) and started again once its row went stale: the
+/// history says when supervision stopped (`healthy -> unknown` at the killed
+/// run's last heartbeat, "not supervised") and when it resumed (`unknown ->
+/// healthy` at the new run's first verdict), and the health JSON's `previous`
+/// is `unknown`. Before, the history said `healthy` throughout.
+#[test]
+fn a_killed_overseer_leaves_a_gap_in_the_history() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        "[supervisor]\npoll_interval = \"200ms\"\npoll_timeout = \"150ms\"\n\
+         heartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n\n\
+         [thresholds]\nexecutor = \"1s\"\n\n\
+         [[executors]]\nname = \"LocalExecutor\"\ncheck_command = [\"true\"]\n",
+    )
+    .unwrap();
+    let database = format!("sqlite://{}/h.db?mode=rwc", dir.path().display());
+    let serve = || Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &database));
+    let first = serve();
+    let history = first.url("/api/v2/monitor/health/history");
+    until("unknown -> healthy", &history, |h| {
+        h["transitions"][0]["to"] == "healthy"
+    });
+    drop(first); // SIGKILL: no goodbye, its row left open.
+    // Longer than thresholds.executor: the row reads stale meanwhile.
+    std::thread::sleep(Duration::from_secs(3));
+
+    let second = serve();
+    let history = second.url("/api/v2/monitor/health/history");
+    let body = until("the gap, then healthy again", &history, |h| {
+        h["transitions"].as_array().is_some_and(|t| t.len() >= 3)
+    });
+    let t = body["transitions"].as_array().unwrap();
+    let states = |t: &Value| (t["from"].clone(), t["to"].clone(), t["reason"].clone());
+    assert_eq!(
+        t.iter().map(states).collect::<Vec<_>>(),
+        [
+            ("unknown".into(), "healthy".into(), Value::Null),
+            (
+                "healthy".into(),
+                "unknown".into(),
+                "not supervised: Overseer was not running".into()
+            ),
+            ("unknown".into(), "healthy".into(), Value::Null),
+        ],
+        "newest first: {body}"
+    );
+    let at = |t: &Value| chrono::DateTime::parse_from_rfc3339(t["at"].as_str().unwrap()).unwrap();
+    let unsupervised = at(&t[0]) - at(&t[1]);
+    assert!(
+        unsupervised >= chrono::Duration::seconds(3),
+        "the gap spans the outage: {body}"
+    );
+    let health = until(
+        "healthy, previous unknown",
+        &second.url("/api/v2/monitor/health"),
+        |h| h["executor"]["instances"][0]["health"] == "healthy",
+    );
+    let instance = &health["executor"]["instances"][0];
+    assert_eq!(instance["previous"], "unknown", "{instance}");
+    assert_eq!(instance["since"], t[0]["at"], "{instance}");
+}
+
 #[test]
 fn history_retention_is_configured_and_shown() {
     let dir = workdir();

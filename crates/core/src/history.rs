@@ -221,14 +221,69 @@ pub struct LeftBehind {
     pub last_seen: Option<DateTime<Utc>>,
 }
 
+/// The reason of the transition to `unknown` that records a time when no
+/// Overseer supervised a row ([`unsupervised_since_earlier_runs`]).
+pub const NOT_SUPERVISED: &str = "not supervised: Overseer was not running";
+
+/// How earlier runs left `hostname`'s executor rows (see [`LeftBehind`]), as
+/// they supervised them: two statements. The transitions that record a time
+/// no Overseer ran ([`NOT_SUPERVISED`]) are passed over, so the state is the
+/// one the last run saw, and `since` when it began.
+pub async fn left_by_earlier_runs(
+    db: &impl ConnectionTrait,
+    hostname: &str,
+) -> Result<Vec<LeftBehind>> {
+    left_behind(db, hostname, true).await
+}
+
+/// The transitions that record the time no Overseer supervised `hostname`'s
+/// rows of `keys`, before a run that started at `started`: for each row whose
+/// earlier runs' latest transition left it `healthy` or `unhealthy` and whose
+/// last heartbeat is more than `stale_after` (the executor threshold: the
+/// row read as stale meanwhile) before `started`, a transition to `unknown`
+/// at that heartbeat, its reason [`NOT_SUPERVISED`]. The run's first verdict
+/// then makes the transition that says when supervision resumed. A restart
+/// quicker than `stale_after` leaves no gap, and `since` goes on. Two
+/// statements.
+pub async fn unsupervised_since_earlier_runs(
+    db: &impl ConnectionTrait,
+    hostname: &str,
+    keys: &[(String, Option<String>)],
+    started: DateTime<Utc>,
+    stale_after: Duration,
+) -> Result<Vec<Transition>> {
+    let stale_after = chrono::Duration::from_std(stale_after).unwrap_or(chrono::Duration::MAX);
+    Ok(left_behind(db, hostname, false)
+        .await?
+        .into_iter()
+        .filter_map(|left| {
+            let t = left.transition;
+            let seen = left.last_seen?.max(t.at);
+            let supervised = keys
+                .iter()
+                .any(|(executor, instance)| *executor == t.executor && *instance == t.instance);
+            (supervised && t.to != ExecutorHealthKind::Unknown && started - seen > stale_after)
+                .then(|| Transition {
+                    from: t.to,
+                    to: ExecutorHealthKind::Unknown,
+                    reason: Some(NOT_SUPERVISED.to_owned()),
+                    at: seen,
+                    ..t
+                })
+        })
+        .collect())
+}
+
 /// How earlier runs left `hostname`'s executor rows (see [`LeftBehind`]):
 /// two statements. Earlier runs' rows are the ended ones (a run ends its rows
 /// at shutdown, and the next start ends those a crash left open, before it
 /// makes any verdict), so their transitions are those up to the latest
-/// `end_date`: any later one is this run's.
-pub async fn left_by_earlier_runs(
+/// `end_date`: any later one is this run's. `supervised_only`: pass over the
+/// transitions that record a time no Overseer ran.
+async fn left_behind(
     db: &impl ConnectionTrait,
     hostname: &str,
+    supervised_only: bool,
 ) -> Result<Vec<LeftBehind>> {
     use crate::entity::job;
     use crate::job::JobType;
@@ -258,14 +313,20 @@ pub async fn left_by_earlier_runs(
         DbBackend::Postgres => format!("${n}"),
         _ => "?".to_owned(),
     };
+    let mut values: Vec<sea_orm::Value> = vec![hostname.into(), to_micros(cutoff).into()];
+    let supervised = if supervised_only {
+        values.push(NOT_SUPERVISED.into());
+        format!("AND (reason IS NULL OR reason <> {}) ", placeholder(3))
+    } else {
+        String::new()
+    };
     let sql = format!(
         "SELECT h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, h.reason, h.at \
          FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} WHERE hostname = {} AND at <= {} \
-         GROUP BY executor, instance) m ON h.id = m.id",
+         {supervised}GROUP BY executor, instance) m ON h.id = m.id",
         placeholder(1),
         placeholder(2)
     );
-    let values: [sea_orm::Value; 2] = [hostname.into(), to_micros(cutoff).into()];
     History::find()
         .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
         .all(db)

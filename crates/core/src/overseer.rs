@@ -310,6 +310,31 @@ async fn start_actors(
             "closed executor rows a crash left open on this host"
         );
     }
+    // The time no Overseer supervised these rows, when they went stale
+    // meanwhile: queued for the history before the first verdict, which then
+    // says when supervision resumed. Not a reason to fail the start.
+    let unsupervised = match bounded(
+        "read the history earlier runs left",
+        read_timeout,
+        crate::history::unsupervised_since_earlier_runs(
+            &db,
+            &session.hostname,
+            &keys,
+            session.started,
+            settings.thresholds.executor,
+        ),
+    )
+    .await
+    {
+        Ok(gaps) => gaps,
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "cannot read the history: the time Overseer was not running is not recorded in it"
+            );
+            Vec::new()
+        }
+    };
     let job_ids = bounded(
         "register the executors' rows",
         write_timeout,
@@ -339,7 +364,7 @@ async fn start_actors(
     let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();
     let stats_for_restarts = aggregator_stats.clone();
-    let unwritten = Arc::new(UnwrittenTransitions::default());
+    let unwritten = Arc::new(UnwrittenTransitions::holding(unsupervised));
     let make_aggregator = move || {
         Aggregator::new(
             db.clone(),

@@ -20,7 +20,8 @@ use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    IntoActiveModel, QueryFilter, QueryOrder, Set,
 };
 use support::{PATIENCE, Switch, migrated_throwaway_postgres, quick, report_until};
 
@@ -674,4 +675,99 @@ async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
             db.backend
         );
     }
+}
+
+/// Overseer stopped for ten minutes (its rows stale meanwhile): the next run
+/// records the gap, `healthy -> unknown` at the earlier run's last heartbeat
+/// ("not supervised"), then `unknown -> healthy` at its first verdict; the
+/// report's `since` and `previous` say the same. What the alerts read back
+/// passes over the gap: the state the earlier run saw, since it began.
+#[tokio::test]
+async fn a_run_after_an_outage_of_overseer_records_the_gap() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let check = Switch::new(ExecutorHealth::Healthy);
+    let overseer = quick(&db.url, "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    report_until(&overseer, "healthy", |r| {
+        instance(r, "sched-1").is_some_and(|i| i.health == ExecutorHealth::Healthy)
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+
+    // The run stopped ten minutes ago: its row, and its transition, back then.
+    let ago = chrono::Duration::minutes(10);
+    for row in job::Entity::find().all(&db.conn).await.unwrap() {
+        let back = |at: Option<chrono::DateTime<Utc>>| Set(at.map(|at| at - ago));
+        let (started, ended, beat) = (row.start_date, row.end_date, row.latest_heartbeat);
+        let mut row = row.into_active_model();
+        row.start_date = back(started);
+        row.end_date = back(ended);
+        row.latest_heartbeat = back(beat);
+        row.update(&db.conn).await.unwrap();
+    }
+    for t in history_row::Entity::find().all(&db.conn).await.unwrap() {
+        let at = t.at - ago;
+        let mut t = t.into_active_model();
+        t.at = Set(at);
+        t.update(&db.conn).await.unwrap();
+    }
+    let earlier = transitions(&db.conn).await;
+    assert_eq!(earlier.len(), 1, "{earlier:?}");
+    let stopped = job::Entity::find()
+        .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
+        .one(&db.conn)
+        .await
+        .unwrap()
+        .unwrap()
+        .latest_heartbeat
+        .unwrap();
+
+    let overseer = quick(&db.url, "sched-1")
+        .executor(celery(&check))
+        .start()
+        .await
+        .unwrap();
+    let resumed = report_until(&overseer, "healthy again", |r| {
+        instance(r, "sched-1")
+            .is_some_and(|i| i.health == ExecutorHealth::Healthy && i.checked_at.is_some())
+    })
+    .await;
+    let resumed = instance(&resumed, "sched-1").unwrap();
+    assert_eq!(resumed.previous, Some(ExecutorHealthKind::Unknown));
+    assert_eq!(
+        resumed.since, resumed.checked_at,
+        "healthy since it resumed"
+    );
+    let written = transitions_until(&db.conn, "the gap and the recovery", |t| t.len() >= 3).await;
+    let row = |from, to, reason: Option<&str>, at| Transition {
+        executor: "CeleryExecutor".into(),
+        instance: Some(BROKER.into()),
+        hostname: "sched-1".into(),
+        from,
+        to,
+        reason: reason.map(str::to_owned),
+        at,
+    };
+    use ExecutorHealthKind::{Healthy, Unknown};
+    assert_eq!(
+        written,
+        [
+            earlier[0].clone(),
+            row(Healthy, Unknown, Some(history::NOT_SUPERVISED), stopped),
+            row(Unknown, Healthy, None, resumed.since.unwrap()),
+        ]
+    );
+    let left = history::left_by_earlier_runs(&db.conn, "sched-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        left.iter().map(|l| &l.transition).collect::<Vec<_>>(),
+        [&earlier[0]],
+        "the alerts read the state the earlier run saw"
+    );
+    overseer.shutdown().await.unwrap();
 }

@@ -33,6 +33,15 @@ pub(super) struct TransitionQueue {
 }
 
 impl UnwrittenTransitions {
+    /// A queue holding `transitions` already, in their order: those a run
+    /// makes at its start, before any aggregator runs (the time no Overseer
+    /// supervised its rows: [`history::unsupervised_since_earlier_runs`]).
+    pub fn holding(transitions: impl IntoIterator<Item = Transition>) -> Self {
+        let queued: VecDeque<(u64, Transition)> = (0..).zip(transitions).collect();
+        let next = queued.len() as u64;
+        Self(Mutex::new(TransitionQueue { queued, next }))
+    }
+
     /// The queue. An aggregator that panicked never held the lock then (no
     /// code that may panic runs under it), so a poisoned lock is taken as is.
     pub(super) fn lock(&self) -> MutexGuard<'_, TransitionQueue> {
