@@ -501,6 +501,44 @@ fn defaults_are_the_embedded_sqlite_and_airflows_thresholds() {
     assert!(!dir.path().join("overseer.db").exists());
 }
 
+/// An operator sets the poll interval alone, shorter than the default
+/// timeout: the timeout follows it (half of it) instead of refusing the
+/// configuration; set explicitly, it is kept, and checked.
+#[test]
+fn the_poll_interval_alone_is_a_valid_configuration() {
+    for (interval, timeout) in [
+        ("2s", "1s"),
+        ("1s", "500ms"),
+        ("5s", "2s 500ms"),
+        ("30s", "5s"),
+    ] {
+        let dir = workdir();
+        let config = effective(
+            overseer(dir.path())
+                .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+                .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0")
+                .env("OVERSEER_SUPERVISOR__POLL_INTERVAL", interval),
+        );
+        let supervisor = &config["supervisor"];
+        assert_eq!(supervisor["poll_interval"].as_str(), Some(interval));
+        assert_eq!(
+            supervisor["poll_timeout"].as_str(),
+            Some(timeout),
+            "{interval}"
+        );
+    }
+    let dir = workdir();
+    let config = effective(
+        overseer(dir.path())
+            .env("OVERSEER_SUPERVISOR__POLL_INTERVAL", "2s")
+            .env("OVERSEER_SUPERVISOR__POLL_TIMEOUT", "1500ms"),
+    );
+    assert_eq!(
+        config["supervisor"]["poll_timeout"].as_str(),
+        Some("1s 500ms")
+    );
+}
+
 #[test]
 fn layers_apply_in_order_toml_then_overseer_env_then_airflow_env() {
     let dir = workdir();

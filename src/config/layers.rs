@@ -43,7 +43,7 @@ pub(super) fn stack(overrides: &Overrides) -> Result<Figment, ConfigError> {
     };
 
     let mut figment = Figment::from(Labelled::new(
-        "built-in defaults",
+        super::BUILT_IN,
         // The defaults may go through `Serialize`: they hold no credential (a
         // test in `super` keeps it so), and a `SecretUrl` serializes redacted.
         Serialized::defaults(Config::default()),

@@ -56,6 +56,10 @@ pub const DEFAULT_CONFIG_FILE: &str = "overseer.toml";
 /// The prefix of Overseer's own environment variables (`OVERSEER_API__BIND`, ...).
 pub const ENV_PREFIX: &str = "OVERSEER_";
 
+/// The name of the configuration layer of Overseer's built-in defaults, as
+/// errors name a value's origin.
+const BUILT_IN: &str = "built-in defaults";
+
 /// The whole effective configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -491,6 +495,13 @@ pub struct Overrides {
 pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     let figment = layers::stack(overrides)?;
     let mut config: Config = figment.extract().map_err(errors::from_figment)?;
+    // `poll_timeout` left at its default follows a shorter `poll_interval`:
+    // half of it, so that setting the interval alone is a valid configuration.
+    let timeout_set = layers::origin_of(&figment, "supervisor.poll_timeout") != BUILT_IN;
+    let supervisor = &mut config.supervisor;
+    if !timeout_set && supervisor.poll_timeout >= supervisor.poll_interval {
+        supervisor.poll_timeout = supervisor.poll_interval / 2;
+    }
     validate::validate(&config, &figment)?;
     let executor_threshold = config
         .thresholds
