@@ -119,6 +119,15 @@ fn since(instance: &Value) -> String {
     }
 }
 
+/// The table's line for a report without an `executor` entry: no executor row
+/// is open on the database, so the Overseer asked supervises none (its own rows
+/// would be open) and neither does any other sharing its database. What to
+/// configure, as `serve` warns it at start and the dashboard's card says it.
+pub const NOTHING_SUPERVISED: &str = "none supervised: neither this Overseer nor any other on its database supervises an executor; \
+     set AIRFLOW__CORE__EXECUTOR (with AIRFLOW__CELERY__BROKER_URL for Celery, \
+     AIRFLOW__DATABASE__SQL_ALCHEMY_CONN for Airflow's database), OVERSEER_EXECUTORS, \
+     or [[executors]] in overseer.toml, and restart it";
+
 /// The report as a table for people.
 fn table(report: &Value) -> String {
     let text = |v: &Value| v.as_str().map_or_else(|| "-".to_owned(), str::to_owned);
@@ -139,6 +148,9 @@ fn table(report: &Value) -> String {
     ] {
         let entry = &report[name];
         if entry.is_null() {
+            if name == "executor" {
+                out += &format!("{name:<14} {NOTHING_SUPERVISED}\n");
+            }
             continue;
         }
         out += &format!(

@@ -360,6 +360,92 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
     drop(serving);
 }
 
+/// The README's first run: `serve` with no executor configured (no file, no
+/// Airflow environment). Nothing is supervised, so the JSON has no `executor`
+/// entry, and the executor's card says so and what to configure, as the
+/// README's Configuration does: Airflow's own variables or `[[executors]]` in
+/// `overseer.toml`. Then another host's Overseer, killed (its row open, its
+/// heartbeat old): the card tells that apart, and gives no set-up text.
+#[tokio::test]
+async fn with_no_executor_supervised_the_card_says_what_to_configure() {
+    let Some(browser) = Driver::start() else {
+        return;
+    };
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    assert_eq!(report_of(&serving).get("executor"), None);
+
+    browser.open_live(&serving.url("/"));
+    let card = "const card = document.getElementById('card-executor'); \
+                return [card.dataset.state, card.querySelector(':scope > .state').innerText]";
+    browser.wait_for(card, json!(["unknown", "none supervised"]));
+    let text = browser.eval("return document.getElementById('card-executor').innerText");
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains(
+            "This Overseer supervises no executor, and no other Overseer on its database supervises one."
+        ),
+        "{text}"
+    );
+    for named in [
+        "AIRFLOW__CORE__EXECUTOR",
+        "AIRFLOW__CELERY__BROKER_URL",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "overseer.toml",
+        "OVERSEER_EXECUTORS",
+        "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://broker:6379/0\"",
+        "README, section Configuration",
+    ] {
+        assert!(text.contains(named), "{named} in {text}");
+    }
+    assert_eq!(
+        browser.eval(SUMMARY),
+        json!("No executor is supervised: the Executor card says what to configure")
+    );
+    // Nothing to filter: no filter shown.
+    let filters =
+        "return getComputedStyle(document.querySelector('#card-executor .filters')).display";
+    assert_eq!(browser.eval(filters), json!("none"));
+    nothing_spills(&browser);
+    browser.screenshot("dashboard-nothing-supervised.png");
+
+    // Another host's Overseer killed 10 minutes ago: its row still open.
+    let then = (Utc::now() - chrono::Duration::minutes(10)).format("%Y-%m-%d %H:%M:%S%.6f");
+    db.execute_script(&format!(
+        "INSERT INTO job (state, job_type, start_date, latest_heartbeat, executor_class, hostname, unixname, \
+         executor_health, executor_instance, executor_health_checked_at) VALUES \
+         ('running', 'ExecutorJob', '{then}', '{then}', 'CeleryExecutor', 'sched-2', 'airflow', 'healthy', \
+          'redis://broker:6379/0', '{then}')"
+    ))
+    .await;
+    browser.wait_for(card, json!(["down", "down"]));
+    let text = browser.eval("return document.getElementById('card-executor').innerText");
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains(
+            "No executor has reported recently: the Overseer supervising them on this database \
+             stopped heartbeating (last heartbeat 10 min ago). This Overseer supervises none itself."
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("AIRFLOW__CORE__EXECUTOR"), "{text}");
+    assert_eq!(browser.eval(filters), json!("flex"));
+    browser.screenshot("dashboard-supervisor-gone.png");
+    drop(serving);
+}
+
+/// No box of the page spills its text, nor does the page scroll sideways.
+fn nothing_spills(browser: &Driver) {
+    let spilled = browser.eval(
+        "return [...document.querySelectorAll('.card, .card > ul > li, .setup pre, .setup p, #summary')] \
+           .filter((n) => n.offsetParent !== null && n.scrollWidth > n.clientWidth) \
+           .map((n) => n.id || n.className) \
+           .concat(document.documentElement.scrollWidth > window.innerWidth ? ['the page'] : [])",
+    );
+    assert_eq!(spilled, json!([]));
+}
+
 /// The report `serving` publishes now.
 fn report_of(serving: &Serving) -> Value {
     let (status, body) = get(&serving.url("/api/v2/monitor/health"));

@@ -166,6 +166,32 @@ async fn health_prints_the_report_and_exits_1_while_anything_is_unhealthy() {
     );
 }
 
+/// The README's first run: `serve` with no executor configured. `overseer
+/// health` exits 1 as before (no scheduler ever ran: Airflow's rule), and its
+/// table says in one line that no executor is supervised and what to configure.
+#[tokio::test]
+async fn health_says_what_to_configure_when_no_executor_is_supervised() {
+    let db = migrated_sqlite().await;
+    let dir = workdir();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    let out = run(overseer(dir.path()).args(["health", "--url", &serving.url("")]));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("executor "))
+        .unwrap_or_else(|| panic!("an executor line: {}", out.stdout));
+    assert_eq!(
+        line,
+        "executor       none supervised: neither this Overseer nor any other on its database \
+         supervises an executor; set AIRFLOW__CORE__EXECUTOR (with AIRFLOW__CELERY__BROKER_URL \
+         for Celery, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN for Airflow's database), \
+         OVERSEER_EXECUTORS, or [[executors]] in overseer.toml, and restart it"
+    );
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+}
+
 /// A probe of the executors alone, with no Airflow scheduler writing to the
 /// database (the embedded default): `--component executor` and
 /// `?strict=true&component=executor` judge the executor entry only.
