@@ -34,14 +34,25 @@ AIRFLOW = {
 }
 
 
+THRESHOLD = timedelta(seconds=30)
+
+
 def healthy_row() -> Row:
     now = datetime.now(timezone.utc)
     return Row(1, "running", "CeleryExecutor", "sched-1", None, now, "healthy", None, "redis://b:6379/0", now)
 
 
-def app(read_rows, *, root_path: str = "", gzip_inside: bool = False, pad: int = 0) -> FastAPI:
+def app(
+    read_rows,
+    *,
+    root_path: str = "",
+    gzip_inside: bool = False,
+    pad: int = 0,
+    refresh: timedelta = timedelta(seconds=1),
+) -> FastAPI:
     """Airflow's order: the plugin's middleware inside GZip (``gzip_inside``: the
-    other way round). ``pad`` makes Airflow's answer big enough to be compressed."""
+    other way round). ``pad`` makes Airflow's answer big enough to be compressed;
+    ``refresh`` is ``[overseer] refresh_interval`` (its default)."""
     api = FastAPI(root_path=root_path)
     body = dict(AIRFLOW, **({"padding": "x" * pad} if pad else {}))
 
@@ -59,9 +70,9 @@ def app(read_rows, *, root_path: str = "", gzip_inside: bool = False, pad: int =
 
     if gzip_inside:
         api.add_middleware(GZipMiddleware, minimum_size=10)
-        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=timedelta(seconds=30))
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=THRESHOLD, refresh=refresh)
     else:
-        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=timedelta(seconds=30))
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=read_rows, threshold=THRESHOLD, refresh=refresh)
         api.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)
     return api
 
@@ -120,7 +131,7 @@ class Middleware(unittest.TestCase):
         def health():
             return StreamingResponse(iter([b'{"metadatabase":', b'{"status":"healthy"}}']), media_type="application/json")
 
-        api.add_middleware(ExecutorHealthMiddleware, read_rows=lambda: [], threshold=timedelta(seconds=30))
+        api.add_middleware(ExecutorHealthMiddleware, read_rows=lambda: [], threshold=THRESHOLD, refresh=timedelta(0))
         response = TestClient(api).get("/api/v2/monitor/health")
         self.assertTrue(response.content.startswith(b'{"metadatabase":{"status":"healthy"},"executor":{'))
         self.assertEqual(response.json()["executor"]["reason"], "Overseer is not running: the job table has no ExecutorJob row")
@@ -157,6 +168,64 @@ class Middleware(unittest.TestCase):
         self.assertEqual(redact("x redis://:pw@h:6379/0 y"), "x redis://:***@h:6379/0 y")
         self.assertEqual(redact("host=db password=pw user=a"), "host=db password=*** user=a")
         self.assertEqual(redact("redis://h:6379/0"), "redis://h:6379/0")
+
+
+def unhealthy_row() -> Row:
+    now = datetime.now(timezone.utc)
+    return Row(1, "running", "CeleryExecutor", "sched-1", None, now, "unhealthy", "broker down", "redis://b:6379/0", now)
+
+
+@unittest.skipIf(FastAPI is None, "needs FastAPI, Starlette and httpx (Airflow's environment)")
+class Refresh(unittest.TestCase):
+    """One read serves the requests of one refresh interval; none is served an
+    entry older than that."""
+
+    def test_one_read_serves_every_request_within_the_refresh(self) -> None:
+        reads: list[int] = []
+        client = TestClient(app(lambda: reads.append(1) or [healthy_row()], refresh=timedelta(seconds=60)))
+        bodies = [client.get("/api/v2/monitor/health").content for _ in range(20)]
+        self.assertEqual(len(reads), 1, "one read for 20 requests within the refresh")
+        self.assertEqual(len(set(bodies)), 1)
+        self.assertEqual(json.loads(bodies[0])["executor"]["status"], "healthy")
+
+    def test_an_entry_is_never_older_than_the_refresh(self) -> None:
+        rows = [healthy_row()]
+        reads: list[int] = []
+
+        def read() -> list[Row]:
+            reads.append(1)
+            return list(rows)
+
+        client = TestClient(app(read, refresh=timedelta(seconds=0.2)))
+        self.assertEqual(client.get("/api/v2/monitor/health").json()["executor"]["status"], "healthy")
+        rows[:] = [unhealthy_row()]
+        time.sleep(0.25)
+        executor = client.get("/api/v2/monitor/health").json()["executor"]
+        self.assertEqual((executor["status"], executor["instances"][0]["reason"]), ("unhealthy", "broker down"))
+        self.assertEqual(len(reads), 2)
+
+    def test_a_failed_read_is_not_kept(self) -> None:
+        calls: list[int] = []
+
+        def read() -> list[Row]:
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("database down")
+            return [healthy_row()]
+
+        client = TestClient(app(read, refresh=timedelta(seconds=60)))
+        first = client.get("/api/v2/monitor/health").json()["executor"]
+        self.assertEqual(first["status"], "unknown")
+        self.assertEqual(client.get("/api/v2/monitor/health").json()["executor"]["status"], "healthy")
+        self.assertEqual(client.get("/api/v2/monitor/health").json()["executor"]["status"], "healthy")
+        self.assertEqual(len(calls), 2, "the failure read again, the success kept")
+
+    def test_a_zero_refresh_reads_for_every_request(self) -> None:
+        reads: list[int] = []
+        client = TestClient(app(lambda: reads.append(1) or [healthy_row()], refresh=timedelta(0)))
+        for _ in range(3):
+            client.get("/api/v2/monitor/health")
+        self.assertEqual(len(reads), 3)
 
 
 class ReadsInFlight(unittest.TestCase):
@@ -233,6 +302,23 @@ class Threshold(unittest.TestCase):
             with self.assertLogs(middleware.log, "WARNING") as logs:
                 self.assertEqual(middleware.configured_threshold(Conf(bad)), timedelta(seconds=30))
             self.assertIn("executor_health_check_threshold", logs.output[0])
+
+    def test_refresh_seconds_from_the_option_else_1_and_0_reads_each_time(self) -> None:
+        class Conf:
+            def __init__(self, value: object) -> None:
+                self.value = value
+
+            def get(self, section: str, key: str, fallback: object = None) -> object:
+                assert (section, key) == ("overseer", "refresh_interval")
+                return self.value if self.value is not None else fallback
+
+        self.assertEqual(middleware.configured_refresh(Conf("2.5")), timedelta(seconds=2.5))
+        self.assertEqual(middleware.configured_refresh(Conf("0")), timedelta(0))
+        self.assertEqual(middleware.configured_refresh(Conf(None)), timedelta(seconds=1))
+        for bad in ("often", "-1", "inf"):
+            with self.assertLogs(middleware.log, "WARNING") as logs:
+                self.assertEqual(middleware.configured_refresh(Conf(bad)), timedelta(seconds=1))
+            self.assertIn("refresh_interval", logs.output[0])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 //! Section 7: Airflow's own `/api/v2/monitor/health` with and without Overseer's
 //! plugin, whose root middleware adds the `executor` entry from one read of the
-//! `job` table per request: two `airflow api-server`s on one Postgres database,
+//! `job` table per refresh interval (1 s) and api-server worker: two
+//! `airflow api-server`s on one Postgres database,
 //! one without the plugin, one with it (pip-installed `--no-deps --target` a
 //! folder on its `PYTHONPATH`), measured by turns with wrk. The goal: the
-//! plugin adds under 10% to the median latency. The plugin's statement is
+//! plugin adds under 5% to the median latency. The plugin's statement is
 //! `EXPLAIN`ed on the same table.
 
 use std::fmt::Write as _;
@@ -31,7 +32,7 @@ const PIP_DEADLINE: Duration = Duration::from_secs(300);
 /// long-lived deployment keeps, which the plugin's read must not scan.
 const CLOSED_ROWS: u32 = 10_000;
 /// The goal: what the plugin may add to the median latency, in percent.
-const GOAL_PERCENT: f64 = 10.0;
+const GOAL_PERCENT: f64 = 5.0;
 
 /// One api-server under load.
 struct Target {
@@ -260,7 +261,8 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
     ));
     let _ = write!(
         body,
-        "\nThe plugin's one statement per request, as Postgres plans it on this table \
+        "\nThe plugin's one statement (at most one per refresh interval and api-server \
+         worker), as Postgres plans it on this table \
          (`EXPLAIN`):\n\n```text\n{plan_text}\n```\n\n"
     );
     let said: Vec<String> = added
@@ -277,10 +279,12 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
     let _ = writeln!(
         body,
         "**For an operator**: the plugin changed the median latency of Airflow's own health \
-         endpoint by {} (goal: under {GOAL_PERCENT:.0}%: {}). It reads the `job` table at most \
-         once per request, once Airflow's answer is complete, in one thread of its own per \
-         api-server worker on a connection it holds (requests that come while a read is in \
-         flight share the next one); every other route passes through untouched.",
+         endpoint by {} (goal: under {GOAL_PERCENT:.0}%: {}). One read of the `job` table serves \
+         the requests of one refresh interval (`[overseer] refresh_interval`, 1 s), so a \
+         request costs the splice of the entry alone; the read is made once Airflow's answer \
+         is complete, in one thread of its own per api-server worker on a connection it holds \
+         (requests that come while a read is in flight share the next one); every other route \
+         passes through untouched.",
         said.join(", "),
         if met { "met" } else { "not met" },
     );

@@ -6,14 +6,19 @@ A plain ASGI middleware, so that it sees the response as it is sent:
 - only ``GET`` of the health route (under any ``[api] base_url`` prefix, found as
   Starlette finds routes: the request path less the app's ``root_path``) is
   touched; every other request passes straight through;
-- the entry comes from a read of the ``job`` table that starts once Airflow's
+- the entry is the latest read's while that read was asked for less than
+  ``[overseer] refresh_interval`` (1 s) ago: such a request costs the splice
+  alone, one read serves every request of an interval whatever their rate, and
+  no entry is older than the interval (as Overseer's own endpoint serves a
+  report rendered once per refresh). A read that failed is not kept;
+- else the entry comes from a read of the ``job`` table that starts once Airflow's
   answer is complete (:class:`Reads`): one thread of the plugin's own makes the
   reads, one at a time, through one connection it holds
   (:class:`overseer_airflow.read.HeldConnection`). A request whose answer is
   complete while a read is in flight waits for the read after it, which starts
-  when that one ends and serves every request that came meanwhile: each entry
-  is read after its request's answer, there is never more than one read per
-  request, and however many requests come and however slow the database is,
+  when that one ends and serves every request that came meanwhile: there is
+  never more than one read per request, and however many requests come and
+  however slow the database is,
   the plugin holds one thread and one connection per api-server worker (none
   of the threads Airflow runs its routes in, none of its pool's connections).
   A request waits at most :data:`READ_TIMEOUT`;
@@ -43,6 +48,7 @@ import os
 import queue
 import re
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -60,6 +66,12 @@ READ_TIMEOUT = 5.0
 #: Airflow's configuration of the executor threshold (seconds), also
 #: ``AIRFLOW__OVERSEER__EXECUTOR_HEALTH_CHECK_THRESHOLD``.
 SECTION, THRESHOLD_OPTION = "overseer", "executor_health_check_threshold"
+#: How long one read's entry serves the requests after it (seconds), also
+#: ``AIRFLOW__OVERSEER__REFRESH_INTERVAL``; ``0`` reads for every request.
+REFRESH_OPTION = "refresh_interval"
+#: Overseer's own ``supervisor.refresh_interval``: its endpoint's report is
+#: never older either.
+DEFAULT_REFRESH = timedelta(seconds=1)
 
 Message = dict[str, Any]
 Send = Callable[[Message], Awaitable[None]]
@@ -69,22 +81,34 @@ def configured_threshold(conf: Any) -> timedelta:
     """``[overseer] executor_health_check_threshold`` in seconds, else 30 s: the
     same value as Overseer's ``thresholds.executor``. A value that is not a
     positive number is ignored with a warning naming the option."""
-    raw = str(conf.get(SECTION, THRESHOLD_OPTION, fallback="") or "").strip()
+    return _seconds(conf, THRESHOLD_OPTION, DEFAULT_THRESHOLD, zero=False)
+
+
+def configured_refresh(conf: Any) -> timedelta:
+    """``[overseer] refresh_interval`` in seconds, else 1 s; ``0`` reads the
+    table for every request. A value that is not a number of seconds, or is
+    negative, is ignored with a warning naming the option."""
+    return _seconds(conf, REFRESH_OPTION, DEFAULT_REFRESH, zero=True)
+
+
+def _seconds(conf: Any, option: str, default: timedelta, *, zero: bool) -> timedelta:
+    raw = str(conf.get(SECTION, option, fallback="") or "").strip()
     if not raw:
-        return DEFAULT_THRESHOLD
+        return default
     try:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
+    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
         log.warning(
-            "[%s] %s must be a positive number of seconds, not %r: using %gs",
+            "[%s] %s must be a %s number of seconds, not %r: using %gs",
             SECTION,
-            THRESHOLD_OPTION,
+            option,
+            "non-negative" if zero else "positive",
             raw,
-            DEFAULT_THRESHOLD.total_seconds(),
+            default.total_seconds(),
         )
-        return DEFAULT_THRESHOLD
+        return default
     return timedelta(seconds=seconds)
 
 
@@ -124,21 +148,31 @@ def describe(error: BaseException) -> str:
     return f"{type(cause).__name__}: {redact(lines[0]) if lines else ''}".rstrip(": ")
 
 
+def encode(entry: dict[str, Any]) -> bytes:
+    """The entry as JSON, as Starlette's ``JSONResponse`` writes JSON."""
+    return json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 def add_entry(body: bytes, entry: dict[str, Any]) -> bytes | None:
     """``body`` (a JSON object, as Airflow's ``JSONResponse`` writes one) with
-    ``"executor": entry`` spliced in as its last key, the rest byte for byte;
-    ``None`` when it is not ``{...}`` or has an ``"executor"`` key already (a
-    later Airflow's: the text ``"executor"`` anywhere leaves the body as it was).
-    The body is not parsed: the entry is added in front of its closing brace."""
+    ``"executor": entry`` spliced in as its last key (see :func:`splice`)."""
+    return splice(body, encode(entry))
+
+
+def splice(body: bytes, encoded: bytes) -> bytes | None:
+    """``body`` (a JSON object, as Airflow's ``JSONResponse`` writes one) with
+    ``"executor":`` and the ``encoded`` entry spliced in as its last key, the
+    rest byte for byte; ``None`` when it is not ``{...}`` or has an
+    ``"executor"`` key already (a later Airflow's: the text ``"executor"``
+    anywhere leaves the body as it was). The body is not parsed: the entry is
+    added in front of its closing brace."""
     head = body.rstrip()
     start = len(body) - len(body.lstrip())
     if not (head.endswith(b"}") and body[start : start + 1] == b"{") or b'"executor"' in body:
         return None
-    # As Starlette's JSONResponse writes JSON.
-    encoded = json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     empty = not head[start + 1 : -1].strip()
     comma = b"" if empty else b","
-    return head[:-1] + comma + b'"executor":' + encoded.encode() + b"}" + body[len(head) :]
+    return head[:-1] + comma + b'"executor":' + encoded + b"}" + body[len(head) :]
 
 
 class Reads:
@@ -223,7 +257,8 @@ class ExecutorHealthMiddleware:
     """Adds the ``executor`` entry to Airflow's health JSON (see the module doc).
 
     ``read_rows`` (tests) replaces the read through Airflow's session;
-    ``threshold`` replaces ``[overseer] executor_health_check_threshold``.
+    ``threshold`` replaces ``[overseer] executor_health_check_threshold``, and
+    ``refresh`` ``[overseer] refresh_interval``.
     """
 
     def __init__(
@@ -231,15 +266,22 @@ class ExecutorHealthMiddleware:
         app: Callable[..., Awaitable[None]],
         read_rows: Callable[[], list[Row]] | None = None,
         threshold: timedelta | None = None,
+        refresh: timedelta | None = None,
     ) -> None:
         self.app = app
         self.reads = Reads(read_rows or airflow_rows())
-        if threshold is None:
+        if threshold is None or refresh is None:
             from airflow.configuration import conf
 
-            threshold = configured_threshold(conf)
+            threshold = threshold if threshold is not None else configured_threshold(conf)
+            refresh = refresh if refresh is not None else configured_refresh(conf)
         #: Read once: Airflow's configuration does not change while it runs.
         self.threshold = threshold
+        self.refresh = refresh.total_seconds()
+        #: The latest entry read, encoded, and when it was asked for (the
+        #: ``time.monotonic()`` before its read began): it serves the requests
+        #: whose answers are complete within ``refresh`` of that.
+        self._latest: tuple[float, bytes] | None = None
 
     async def __call__(self, scope: Message, receive: Any, send: Send) -> None:
         if (
@@ -249,29 +291,50 @@ class ExecutorHealthMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        reply = Reply(send, self.entry)
+        reply = Reply(send, self.encoded_entry)
         await self.app(scope, receive, reply.send)
         await reply.close()
 
+    async def encoded_entry(self) -> bytes:
+        """The entry as JSON: the latest read's while it is younger than
+        ``refresh`` (the request then costs the splice alone), else from a read
+        of the ``job`` table made now. An entry saying the table could not be
+        read is never kept: the next request reads again."""
+        asked = time.monotonic()
+        latest = self._latest
+        if latest is not None and asked - latest[0] < self.refresh:
+            return latest[1]
+        entry, read = await self._read()
+        encoded = encode(entry)
+        if read and self.refresh > 0:
+            # A request that asked later may have stored a younger one meanwhile.
+            if self._latest is None or self._latest[0] < asked:
+                self._latest = (asked, encoded)
+        return encoded
+
     async def entry(self) -> dict[str, Any]:
         """The entry, from one read of the ``job`` table made now."""
+        return (await self._read())[0]
+
+    async def _read(self) -> tuple[dict[str, Any], bool]:
+        """The entry from a read made now, and whether the table was read."""
         try:
             rows = await asyncio.wait_for(self.reads.rows(), READ_TIMEOUT)
         except asyncio.TimeoutError:
             log.warning("Overseer: the job table did not answer within %gs", READ_TIMEOUT)
-            return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s")
+            return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s"), False
         except Exception as e:  # noqa: BLE001 - any database error is an unknown entry
             why = describe(e)
             log.warning("Overseer: the job table could not be read: %s", why)
-            return unreadable_entry(f"the job table could not be read: {why}")
-        return executor_entry(rows, self.threshold, datetime.now(timezone.utc))
+            return unreadable_entry(f"the job table could not be read: {why}"), False
+        return executor_entry(rows, self.threshold, datetime.now(timezone.utc)), True
 
 
 class Reply:
     """Airflow's reply to one health request, held until its last chunk, then
     sent with the entry (see the module doc)."""
 
-    def __init__(self, send: Send, entry: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    def __init__(self, send: Send, entry: Callable[[], Awaitable[bytes]]) -> None:
         self._send, self._entry = send, entry
         #: ``http.response.start``, held; ``None`` once passed on.
         self._start: Message | None = None
@@ -327,7 +390,7 @@ class Reply:
 
     async def _changed(self, body: bytes, encoding: bytes) -> bytes | None:
         plain = gzip.decompress(body) if encoding == b"gzip" else body
-        changed = add_entry(plain, await self._entry())
+        changed = splice(plain, await self._entry())
         if changed is None:
             return None
         return gzip.compress(changed, compresslevel=5) if encoding == b"gzip" else changed
