@@ -17,9 +17,11 @@
 //! 3. Chromium opens Airflow's home page (SimpleAuthManager, every user an
 //!    admin: the UI logs in by itself) and waits for the card: the three rows
 //!    green, green, grey; the card read Airflow's health endpoint under the
-//!    prefix, on the page's own origin.
+//!    prefix, on the page's own origin, and says when as Airflow's UI writes a
+//!    time (`2026-12-02 06:03:53`, local).
 //! 4. The broker killed: the card's row turns red, naming the broker (its URL
-//!    as Overseer keeps it, without the password) and a reason, and says how
+//!    as Overseer keeps it, without the password) once, and a reason that does
+//!    not name it again (in full on hover), and says how
 //!    long since it turned (`for N s`); the password is nowhere in the page. The screenshot of the home page is taken then:
 //!    `docs/airflow-home-card.png` (the README shows it), and a copy in
 //!    `target/artifacts/`.
@@ -61,6 +63,16 @@ for (const row of card.querySelectorAll('[data-testid=\"overseer-executor-instan
   rows[row.dataset.executor] = [row.dataset.health, row.innerText];
 }
 return {status: card.dataset.status, rows, text: card.innerText};";
+
+/// The card's read time: `[true, text]` when it is Airflow's
+/// `YYYY-MM-DD HH:mm:ss`, in the browser's local time, within a minute of now.
+const READ: &str = r#"
+const text = document.querySelector('[data-testid="overseer-executor-health"]')?.innerText ?? '';
+const found = /· read (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})\b/.exec(text);
+if (!found) return [false, text];
+const [, y, mo, d, h, mi, s] = found.map(Number);
+const at = new Date(y, mo - 1, d, h, mi, s).getTime();
+return [Math.abs(Date.now() - at) < 60000, found[0]];"#;
 
 /// How long the killed broker's executor has held its health, as its row says.
 const HELD: &str = "return document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-held\"]')?.innerText ?? '';";
@@ -180,6 +192,10 @@ async fn the_home_page_card_follows_the_broker() {
         "rgb(156, 163, 175)",
         "grey"
     );
+    // When it read, as Airflow's UI writes a time (`2026-12-02 06:03:53`, its
+    // `YYYY-MM-DD HH:mm:ss`, local time), not the browser's `6:03:53 AM`.
+    let read = driver.eval(READ);
+    assert_eq!(read[0], json!(true), "the card's read time: {read}");
     // Same origin, under the prefix: the bundle and the reads of the endpoint.
     let fetched = driver
         .eval("return performance.getEntriesByType('resource').map(e => e.name.split('?')[0]);");
@@ -214,12 +230,23 @@ async fn the_home_page_card_follows_the_broker() {
     let named = format!("redis://127.0.0.1:{}/0", broker.port);
     assert!(row.contains(&named), "the broker named as {named}: {row}");
     let reason = driver.eval(
-        "return document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-instance-reason\"]')?.innerText ?? '';",
+        "const reason = document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-instance-reason\"]'); \
+         return reason ? [reason.innerText, reason.title] : ['', ''];",
     );
+    let (shown, in_full) = (
+        reason[0].as_str().unwrap_or_default(),
+        reason[1].as_str().unwrap_or_default(),
+    );
+    assert!(!shown.trim().is_empty(), "a reason: {row}");
+    // The broker is named once, on the line above: the reason below does not
+    // repeat it (`the broker refused the connection`), and says it in full on hover.
+    assert_eq!(row.matches(&named).count(), 1, "{named} once in: {row}");
+    assert!(!shown.contains(&named), "{shown}");
     assert!(
-        !reason.as_str().unwrap_or_default().trim().is_empty(),
-        "a reason: {row}"
+        in_full.is_empty() || in_full.contains(&named),
+        "the reason in full on hover: {reason}"
     );
+    eprintln!("airflow home card: the reason {in_full:?} is shown as {shown:?}");
     // How long it has held: the card saw it turn.
     let age = driver.eval(HELD);
     assert!(

@@ -12,7 +12,7 @@
 
 import { useEffect, useRef, useState } from "react";
 
-import { colour, healthUrl, held, READ_TIMEOUT_MS, REFRESH_MS, track, view } from "./rules.js";
+import { colour, healthUrl, held, READ_TIMEOUT_MS, REFRESH_MS, timestamp, track, view } from "./rules.js";
 
 const styles = {
   card: {
@@ -102,7 +102,11 @@ function Instance({ instance: i, age }) {
         ) : null}
       </div>
       {i.reason ? (
-        <div data-testid="overseer-executor-instance-reason" style={styles.reason}>
+        <div
+          data-testid="overseer-executor-instance-reason"
+          style={styles.reason}
+          title={i.said !== i.reason ? i.said : undefined}
+        >
           {i.reason}
         </div>
       ) : null}
@@ -169,8 +173,8 @@ export default function ExecutorHealthCard() {
       <div style={styles.header}>
         <h2 style={styles.title}>Executors</h2>
         <Badge health={status} />
-        <span style={styles.quiet}>
-          {read.at ? `from Overseer's verdicts · read ${new Date(read.at).toLocaleTimeString()}` : "reading…"}
+        <span style={styles.quiet} data-testid="overseer-executor-read">
+          {read.at ? `from Overseer's verdicts · read ${timestamp(read.at)}` : "reading…"}
         </span>
       </div>
       {read.error ? (

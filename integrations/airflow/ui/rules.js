@@ -54,6 +54,50 @@ export function redact(text) {
   });
 }
 
+/**
+ * A moment as Airflow's UI writes one: `2026-12-02 06:03:53` (its
+ * `YYYY-MM-DD HH:mm:ss`), in the browser's local time zone, which is the UI's
+ * own default. `date` is a `Date` or milliseconds.
+ */
+export function timestamp(date) {
+  const at = new Date(date);
+  const pad = (n) => String(n).padStart(2, "0");
+  return (
+    `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())} ` +
+    `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`
+  );
+}
+
+/** The characters that may end a URL or a program's path inside a reason. */
+const AFTER = String.raw`(?=$|[\s:;,)'"])`;
+/** ... and those that may come before one. */
+const BEFORE = String.raw`(?<=^|[\s(;'"])`;
+
+function literal(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/**
+ * An instance's `reason` as the card shows it, below the line that names the
+ * instance: without the instance's own text again. Overseer's Celery reasons
+ * name their broker (`broker redis://b:6379/0 refused the connection`,
+ * `broker redis://b:6379/0: the connection attempt failed: ...`), the command
+ * and HTTP checks their program or URL (`GET http://probe/health answered
+ * 503 ...`). `broker <it>: ` is dropped, `broker <it>` otherwise becomes `the
+ * broker`, and the bare instance is dropped. Another broker (one of a failover list), or a reason
+ * that would be left empty, is kept as it is.
+ */
+export function withoutInstance(reason, instance) {
+  if (typeof reason !== "string" || typeof instance !== "string" || !instance) return reason;
+  const it = literal(instance);
+  const shown = reason
+    .replace(new RegExp(String.raw`${BEFORE}broker ${it}: `, "g"), "")
+    .replace(new RegExp(String.raw`${BEFORE}broker ${it}${AFTER}`, "g"), "the broker")
+    .replace(new RegExp(String.raw` ?${BEFORE}${it}${AFTER}`, "g"), "")
+    .trim();
+  return shown ? shown : reason;
+}
+
 /** A length of time in words: `12 s`, `4 min`, `3 h 5 min`, `2 d 4 h`. */
 export function duration(ms) {
   const s = Math.max(0, Math.floor(ms / 1000));
@@ -114,8 +158,9 @@ export function held(instance, seen, now) {
 
 /**
  * What the card shows of Airflow's health body: the `executor` entry's
- * status, its own reason (of Overseer itself) and one line per instance
- * (how long each has held is `held`'s, from what `track` remembers).
+ * status, its own reason (of Overseer itself) and one line per instance, its
+ * reason without the instance the line names (how long each has held is
+ * `held`'s, from what `track` remembers).
  * A body without the entry means the plugin's middleware did not run.
  */
 export function view(body) {
@@ -128,16 +173,23 @@ export function view(body) {
       instances: [],
     };
   }
-  const instances = (Array.isArray(entry.instances) ? entry.instances : []).map((i) => ({
-    key: `${i.hostname ?? ""}\u0000${i.executor ?? ""}\u0000${redact(i.instance ?? "")}`,
-    executor: i.executor ?? "",
-    instance: redact(i.instance ?? ""),
-    hostname: i.hostname ?? "",
-    health: ["healthy", "unhealthy"].includes(i.health) ? i.health : "unknown",
-    reason: redact(i.reason ?? ""),
-    since: i.since ?? null,
-    checked_at: i.checked_at ?? null,
-  }));
+  const instances = (Array.isArray(entry.instances) ? entry.instances : []).map((i) => {
+    const instance = redact(i.instance ?? "");
+    const said = redact(i.reason ?? "");
+    return {
+      key: `${i.hostname ?? ""}\u0000${i.executor ?? ""}\u0000${instance}`,
+      executor: i.executor ?? "",
+      instance,
+      hostname: i.hostname ?? "",
+      health: ["healthy", "unhealthy"].includes(i.health) ? i.health : "unknown",
+      // Shown below the instance's name: without it again (`withoutInstance`).
+      reason: withoutInstance(said, instance),
+      // The reason as Overseer wrote it: on hover.
+      said,
+      since: i.since ?? null,
+      checked_at: i.checked_at ?? null,
+    };
+  });
   return {
     status: ["healthy", "unhealthy"].includes(entry.status) ? entry.status : "unknown",
     reason: redact(entry.reason ?? ""),

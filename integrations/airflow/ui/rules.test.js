@@ -2,7 +2,18 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { colour, COLOURS, duration, healthUrl, held, redact, track, view } from "./rules.js";
+import {
+  colour,
+  COLOURS,
+  duration,
+  healthUrl,
+  held,
+  redact,
+  timestamp,
+  track,
+  view,
+  withoutInstance,
+} from "./rules.js";
 
 test("the health route under the UI's base, with or without a base_url prefix", () => {
   assert.equal(healthUrl("http://airflow:8080/"), "http://airflow:8080/api/v2/monitor/health");
@@ -109,7 +120,8 @@ test("the view of Airflow's body", () => {
       instance: "redis://:***@broker:6379/0",
       hostname: "sched-a",
       health: "unhealthy",
-      reason: "broker unreachable: redis://:***@broker:6379/0 refused",
+      reason: "broker unreachable: refused",
+      said: "broker unreachable: redis://:***@broker:6379/0 refused",
       since: null,
       checked_at: "2026-11-29T19:59:50+00:00",
     },
@@ -124,4 +136,62 @@ test("no executor entry: unknown, saying why", () => {
   assert.equal(shown.status, "unknown");
   assert.match(shown.reason, /no executor entry/);
   assert.deepEqual(shown.instances, []);
+});
+
+test("a moment as Airflow's UI writes it: YYYY-MM-DD HH:mm:ss, local time", () => {
+  // Built from local parts, so the test holds in any time zone.
+  assert.equal(timestamp(new Date(2026, 11, 2, 6, 3, 53)), "2026-12-02 06:03:53");
+  assert.equal(timestamp(new Date(2027, 0, 5, 17, 8, 9, 999)), "2027-01-05 17:08:09");
+  assert.equal(timestamp(new Date(2026, 11, 2, 0, 0, 0).getTime()), "2026-12-02 00:00:00");
+});
+
+test("the reason without its instance, which the line above names", () => {
+  const broker = "redis://127.0.0.1:6379/0";
+  const table = [
+    // Overseer's Celery reasons (crates/celery: check.rs, redis.rs, amqp.rs, verdict.rs).
+    [`broker ${broker} refused the connection`, "the broker refused the connection"],
+    [`broker ${broker} is not connected`, "the broker is not connected"],
+    [`broker ${broker}: the connection attempt failed: timed out`, "the connection attempt failed: timed out"],
+    [
+      `broker ${broker} closed the connection (reset by peer; is this port TLS? then the URL is rediss://)`,
+      "the broker closed the connection (reset by peer; is this port TLS? then the URL is rediss://)",
+    ],
+    [
+      `workers not watched: broker ${broker}: the broker did not set the ping up in time`,
+      "workers not watched: the broker did not set the ping up in time",
+    ],
+    [
+      `no broker answered; broker ${broker} refused the connection`,
+      "no broker answered; the broker refused the connection",
+    ],
+    [`the sentinels of broker ${broker} know no master named "mymaster"`, `the sentinels of the broker know no master named "mymaster"`],
+    // A reason about something else keeps it all.
+    ["task instances queued longer than 5m on queue default", "task instances queued longer than 5m on queue default"],
+    ["celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)", "celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)"],
+    // Another broker, or one whose URL only begins like this one's.
+    ["broker redis://127.0.0.1:6379/1 refused the connection", "broker redis://127.0.0.1:6379/1 refused the connection"],
+    [`broker ${broker}0 refused the connection`, `broker ${broker}0 refused the connection`],
+  ];
+  for (const [reason, shown] of table) assert.equal(withoutInstance(reason, broker), shown, reason);
+
+  // A failover list's instance names every broker: a reason naming one keeps it.
+  const list = "redis://a:6379/0;redis://b:6379/0";
+  assert.equal(
+    withoutInstance("healthy through failover; not answering: broker redis://b:6379/0 refused the connection", list),
+    "healthy through failover; not answering: broker redis://b:6379/0 refused the connection",
+  );
+  // A masked password is the same text in both.
+  assert.equal(withoutInstance("broker redis://:***@b:6379/0 refused the connection", "redis://:***@b:6379/0"), "the broker refused the connection");
+  // The command and HTTP checks name their program or URL.
+  assert.equal(withoutInstance("check command /usr/local/bin/probe timed out after 4.5s", "/usr/local/bin/probe"), "check command timed out after 4.5s");
+  assert.equal(withoutInstance("check command /usr/local/bin/probe: not found", "/usr/local/bin/probe"), "check command: not found");
+  assert.equal(
+    withoutInstance("GET http://probe:8080/health answered 503 Service Unavailable", "http://probe:8080/health"),
+    "GET answered 503 Service Unavailable",
+  );
+  // Nothing else to say: the reason as it is. No instance, no reason: as they are.
+  assert.equal(withoutInstance(broker, broker), broker);
+  assert.equal(withoutInstance("not checked yet", ""), "not checked yet");
+  assert.equal(withoutInstance("", broker), "");
+  assert.equal(withoutInstance(null, broker), null);
 });
