@@ -10,10 +10,18 @@
 - An external view, "Executor health" under Browse, shows Overseer's dashboard
   (``[overseer] url``) inside Airflow's UI; without a usable URL it is left out
   with a warning saying why (see :mod:`overseer_airflow.view`).
+
+Every Airflow process loads its plugins (the scheduler, the DAG processor, the
+triggerer, the workers' task runners), but only the api-server serves a UI: the
+card, its bundle and the view are built, and their warnings logged, at the first
+read of ``fastapi_apps``, ``react_apps`` or ``external_views``, which is the
+api-server building its app (or ``airflow plugins`` and ``/api/v2/plugins``
+listing them), never at import or ``on_load``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -40,6 +48,33 @@ def card_parts() -> tuple[list[Any], list[Any]]:
     return [app], [card.react_app()]
 
 
+@functools.cache
+def ui_parts() -> dict[str, list[Any]]:
+    """The plugin's pieces of the api-server's UI, built once, together: the
+    card's bundle app and React app, and the navigation entry from Airflow's
+    configuration as it is then (``[overseer] url``)."""
+    from airflow.configuration import conf
+
+    fastapi_apps, react_apps = card_parts()
+    return {
+        "fastapi_apps": fastapi_apps,
+        "react_apps": react_apps,
+        "external_views": view.external_views(conf),
+    }
+
+
+class UiPart:
+    """A plugin attribute that only the api-server's UI uses, built at its first
+    read (see :func:`ui_parts`): Airflow reads these where it serves or lists
+    them (``init_plugins``, ``get_plugin_info``), and nowhere else."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[Any]:
+        return ui_parts()[self.name]
+
+
 class OverseerPlugin(AirflowPlugin):
     """Overseer's executor entry in Airflow's health JSON, its card on Airflow's
     home page, and its dashboard in Airflow's navigation."""
@@ -56,13 +91,7 @@ class OverseerPlugin(AirflowPlugin):
         }
     ]
     #: The card's bundle, served by the plugin; the card on the home page.
-    fastapi_apps, react_apps = card_parts()
-    #: Filled when Airflow loads the plugin, from its configuration then.
-    external_views: list[Any] = []
-
-    @classmethod
-    def on_load(cls, *args: Any, **kwargs: Any) -> None:
-        """Reads ``[overseer] url`` once Airflow's configuration is in place."""
-        from airflow.configuration import conf
-
-        cls.external_views = view.external_views(conf)
+    fastapi_apps = UiPart()
+    react_apps = UiPart()
+    #: The dashboard in the navigation, from ``[overseer] url``.
+    external_views = UiPart()
