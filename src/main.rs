@@ -1,6 +1,7 @@
 //! The `overseer` binary. Exit codes: 0 done, 1 a failure while running,
 //! 2 a bad command line or configuration (nothing was written).
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -34,8 +35,8 @@ fn main() -> ExitCode {
             _ => None,
         },
     };
-    let config = match config::load(&overrides) {
-        Ok(config) => config,
+    let (config, airflow_sources) = match config::load_with_sources(&overrides) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_CONFIG);
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, config)) {
+    match runtime.block_on(run(cli.command, config, &airflow_sources)) {
         Ok(Outcome::Healthy) => ExitCode::SUCCESS,
         Ok(Outcome::Unhealthy) => ExitCode::FAILURE,
         Err(e) => {
@@ -65,13 +66,24 @@ fn main() -> ExitCode {
 }
 
 /// Runs a command; `Unhealthy` makes the exit code 1 without an error message.
-async fn run(command: Command, config: Config) -> anyhow::Result<Outcome> {
+async fn run(
+    command: Command,
+    config: Config,
+    airflow_sources: &BTreeMap<String, String>,
+) -> anyhow::Result<Outcome> {
     match command {
         Command::Serve { .. } => serve::run(config, serve::shutdown_signal())
             .await
             .map(|()| Outcome::Healthy),
         Command::Config => {
             let text = toml::to_string(&config).context("while printing the configuration")?;
+            // Where Airflow's values came from, as TOML comments: the output stays TOML.
+            if !airflow_sources.is_empty() {
+                println!("# Read from Airflow's configuration:");
+                for (key, source) in airflow_sources {
+                    println!("#   {key} <- {source}");
+                }
+            }
             print!("{text}");
             Ok(Outcome::Healthy)
         }

@@ -668,7 +668,7 @@ fn airflow_environment_alone_configures_celery_with_airflows_defaults() {
     assert_eq!(warnings.len(), 1, "{}", said.stderr);
     assert!(
         warnings[0]
-            .contains("AIRFLOW__CORE__EXECUTOR names fast:CeleryExecutor but no broker URL is set")
+            .contains("environment variable AIRFLOW__CORE__EXECUTOR names fast:CeleryExecutor but no broker URL is set")
             && warnings[0].contains("using Airflow's default redis://redis:6379/0"),
         "{}",
         warnings[0]
@@ -852,4 +852,184 @@ fn an_executor_name_longer_than_its_column_is_refused() {
         "{}",
         out.stderr
     );
+}
+
+/// A pip or VM install configured by `airflow.cfg` alone (no `AIRFLOW__*`
+/// variable): Overseer finds the same database, executor and broker, as
+/// Airflow resolves them (`%%` is `%`, `$VAR` expanded), and `overseer config`
+/// says where each came from, never the password.
+#[test]
+fn airflows_cfg_alone_configures_the_database_the_executor_and_the_broker() {
+    let dir = workdir();
+    let home = dir.path().join("af");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(
+        home.join("airflow.cfg"),
+        "[core]\n\
+         executor = CeleryExecutor\n\
+         \n\
+         [database]\n\
+         sql_alchemy_conn = postgresql+psycopg2://airflow:p%%40ss@127.0.0.1:5432/$DB_NAME\n\
+         \n\
+         [celery]\n\
+         broker_url = redis://:hunter2@127.0.0.1:6379/0\n\
+         \n\
+         [scheduler]\n\
+         scheduler_health_check_threshold = 45\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_HOME", &home)
+        .env("DB_NAME", "airflow")
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    let cfg = home.join("airflow.cfg");
+    let cfg = cfg.display();
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("postgres://airflow:***@127.0.0.1:5432/airflow")
+    );
+    assert_eq!(config["thresholds"]["scheduler"].as_str(), Some("45s"));
+    let executor = &config["executors"].as_array().unwrap()[0];
+    assert_eq!(executor["name"].as_str(), Some("CeleryExecutor"));
+    assert_eq!(
+        executor["broker_url"].as_str(),
+        Some("redis://:***@127.0.0.1:6379/0")
+    );
+    for line in [
+        format!("#   database.url <- {cfg} [database] sql_alchemy_conn"),
+        format!("#   executors <- {cfg} [core] executor"),
+        format!("#   executors.0.broker_url <- {cfg} [celery] broker_url"),
+        format!("#   thresholds.scheduler <- {cfg} [scheduler] scheduler_health_check_threshold"),
+    ] {
+        assert!(out.stdout.contains(&line), "{line}\n{}", out.stdout);
+    }
+    assert!(!out.stdout.contains("hunter2") && !out.stdout.contains("p@ss"));
+    assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+
+    // A variable still wins over the file, as in Airflow; AIRFLOW_CONFIG names another file.
+    let other = dir.path().join("other.cfg");
+    std::fs::write(&other, "[core]\nexecutor = KubernetesExecutor\n").unwrap();
+    let config = effective(
+        overseer(dir.path())
+            .env("AIRFLOW_HOME", &home)
+            .env("AIRFLOW_CONFIG", &other)
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor"),
+    );
+    assert_eq!(
+        config["executors"].as_array().unwrap()[0]["name"].as_str(),
+        Some("LocalExecutor")
+    );
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("sqlite://overseer.db?mode=rwc"),
+        "other.cfg sets no database, and airflow.cfg is not read beside it"
+    );
+}
+
+/// Airflow's way to keep a password out of the environment and the file:
+/// `AIRFLOW__CELERY__BROKER_URL_CMD`, and `sql_alchemy_conn_cmd` in
+/// `airflow.cfg`, run without a shell.
+#[test]
+fn a_sensitive_option_comes_from_its_command() {
+    let dir = workdir();
+    let secrets = dir.path().join("broker");
+    std::fs::write(&secrets, "redis://:s3cret@127.0.0.1:6379/0\n").unwrap();
+    std::fs::write(
+        dir.path().join("airflow.cfg"),
+        "[database]\nsql_alchemy_conn_cmd = printf postgresql://airflow:dbs3cret@127.0.0.1/airflow\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_CONFIG", dir.path().join("airflow.cfg"))
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env(
+            "AIRFLOW__CELERY__BROKER_URL_CMD",
+            format!("cat {}", secrets.display()),
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    assert_eq!(
+        config["executors"].as_array().unwrap()[0]["broker_url"].as_str(),
+        Some("redis://:***@127.0.0.1:6379/0")
+    );
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("postgres://airflow:***@127.0.0.1/airflow")
+    );
+    assert!(out.stdout.contains(
+        "#   executors.0.broker_url <- environment variable AIRFLOW__CELERY__BROKER_URL_CMD"
+    ));
+    assert!(!out.stdout.contains("s3cret") && !out.stderr.contains("s3cret"));
+}
+
+/// What Overseer cannot use stops it with one line naming the variable or the
+/// file, exit 2, and never what a command printed.
+#[test]
+fn airflows_configuration_that_cannot_be_used_is_one_line_and_exit_code_2() {
+    let dir = workdir();
+    let cfg = dir.path().join("airflow.cfg");
+    // The variables set, the airflow.cfg written first (if any), the error.
+    type Case<'a> = (Vec<(&'a str, String)>, Option<&'a str>, String);
+    let cases: Vec<Case> = vec![
+        (
+            vec![("AIRFLOW__CELERY__BROKER_URL_SECRET", "celery/broker".into())],
+            None,
+            "error: invalid configuration in environment variable AIRFLOW__CELERY__BROKER_URL_SECRET: \
+             it names a secret of Airflow's secrets backend, which Overseer does not run: set the \
+             option itself, or its _CMD, instead"
+                .into(),
+        ),
+        (
+            vec![(
+                "AIRFLOW__CELERY__BROKER_URL_CMD",
+                "sh -c 'echo redis://:s3cret@x; exit 4'".into(),
+            )],
+            None,
+            "error: invalid configuration in environment variable AIRFLOW__CELERY__BROKER_URL_CMD: \
+             \"sh\" exited with 4"
+                .into(),
+        ),
+        (
+            vec![("AIRFLOW_CONFIG", cfg.display().to_string())],
+            Some("[core]\nexecutor = CeleryExecutor\nhunter2\n"),
+            format!(
+                "error: invalid configuration in {}: line 3: neither a [section], an option (key = value) nor a comment",
+                cfg.display()
+            ),
+        ),
+        (
+            vec![("AIRFLOW_CONFIG", cfg.display().to_string())],
+            Some("[database]\nsql_alchemy_conn = postgresql://a:50%off@db/airflow\n"),
+            format!(
+                "error: invalid configuration in {} [database] sql_alchemy_conn: [database] sql_alchemy_conn: \
+                 '%' must be followed by '%' or '(' (write a literal % as %%)",
+                cfg.display()
+            ),
+        ),
+        (
+            vec![("AIRFLOW_CONFIG", dir.path().join("missing.cfg").display().to_string())],
+            None,
+            format!(
+                "error: invalid configuration in environment variable AIRFLOW_CONFIG: {} does not exist",
+                dir.path().join("missing.cfg").display()
+            ),
+        ),
+    ];
+    for (vars, file, expected) in cases {
+        if let Some(text) = file {
+            std::fs::write(&cfg, text).unwrap();
+        }
+        let mut command = overseer(dir.path());
+        for (var, value) in &vars {
+            command.env(var, value);
+        }
+        let out = run(command.arg("config"));
+        assert_eq!(out.code, Some(2), "{vars:?}: {}", out.stderr);
+        assert_eq!(out.stderr.trim_end(), expected, "{vars:?}");
+        assert!(!out.stderr.contains("s3cret") && !out.stderr.contains("off@"));
+        assert!(out.stdout.is_empty());
+    }
 }

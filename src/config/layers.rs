@@ -6,6 +6,7 @@
 //! no key (warned about, then ignored), and where a key's value came from, so
 //! that every error can say it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -29,7 +30,10 @@ struct ExecutorsOnly {
 }
 
 /// Every layer, stacked, reading the process's environment; not yet extracted.
-pub(super) fn stack(overrides: &Overrides) -> Result<Figment, ConfigError> {
+/// With it, each key Airflow's configuration set and where its value came from.
+pub(super) fn stack(
+    overrides: &Overrides,
+) -> Result<(Figment, BTreeMap<String, String>), ConfigError> {
     let config_file = match &overrides.config_file {
         Some(path) if !path.is_file() => {
             return Err(ConfigError::new(
@@ -68,7 +72,9 @@ pub(super) fn stack(overrides: &Overrides) -> Result<Figment, ConfigError> {
         }
         _ => Vec::new(),
     };
-    let airflow = airflow::AirflowEnv::read(|var| std::env::var(var).ok(), &earlier)?;
+    let conf = airflow::AirflowConf::read(std::env::vars())?;
+    let airflow = airflow::AirflowEnv::read(&conf, &earlier)?;
+    let airflow_origins = airflow.origins().clone();
     figment = figment.merge(airflow);
 
     if let Some(bind) = overrides.bind {
@@ -77,7 +83,7 @@ pub(super) fn stack(overrides: &Overrides) -> Result<Figment, ConfigError> {
             Serialized::default("api.bind", bind.to_string()),
         ));
     }
-    Ok(figment)
+    Ok((figment, airflow_origins))
 }
 
 /// `OVERSEER_*` variables that name no configuration key: each is warned about
@@ -131,6 +137,9 @@ pub(super) fn describe(metadata: &Metadata, keys: &[&str]) -> String {
             .map(|k| k.to_ascii_uppercase())
             .collect();
         return format!("environment variable {ENV_PREFIX}{}", path.join("__"));
+    }
+    if metadata.name == airflow::LAYER {
+        return metadata.interpolate(&Profile::Default, keys);
     }
     if metadata.name.contains("environment") {
         let var = metadata.interpolate(&Profile::Default, keys);

@@ -493,7 +493,16 @@ pub struct Overrides {
 
 /// Loads the configuration from every layer, reading the process's environment.
 pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
-    let figment = layers::stack(overrides)?;
+    load_with_sources(overrides).map(|(config, _)| config)
+}
+
+/// [`load`], and each key Airflow's configuration set with where its value
+/// came from (`environment variable AIRFLOW__CELERY__BROKER_URL_CMD`,
+/// `/srv/af/airflow.cfg [celery] broker_url`), for `overseer config`.
+pub fn load_with_sources(
+    overrides: &Overrides,
+) -> Result<(Config, std::collections::BTreeMap<String, String>), ConfigError> {
+    let (figment, airflow_sources) = layers::stack(overrides)?;
     let mut config: Config = figment.extract().map_err(errors::from_figment)?;
     // `poll_timeout` left at its default follows a shorter `poll_interval`:
     // half of it, so that setting the interval alone is a valid configuration.
@@ -507,7 +516,7 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
         .thresholds
         .executor(config.supervisor.heartbeat_interval);
     config.thresholds.executor = Some(executor_threshold);
-    Ok(config)
+    Ok((config, airflow_sources))
 }
 
 #[cfg(test)]

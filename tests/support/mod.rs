@@ -18,11 +18,14 @@ pub const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
 pub fn overseer(dir: &Path) -> Command {
     let mut command = Command::new(OVERSEER);
     command.current_dir(dir).env_clear();
-    for var in ["PATH", "HOME", "TMPDIR", "LANG"] {
+    for var in ["PATH", "TMPDIR", "LANG"] {
         if let Ok(value) = std::env::var(var) {
             command.env(var, value);
         }
     }
+    // Airflow's configuration is found from the home folder too
+    // (~/airflow/airflow.cfg): the test's folder, so this machine's is never read.
+    command.env("HOME", dir);
     command.env("RUST_LOG", "info");
     command
 }

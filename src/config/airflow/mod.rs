@@ -1,9 +1,10 @@
-//! Airflow's own environment variables, as a configuration layer.
+//! Airflow's own configuration, as a configuration layer.
 //!
 //! Pointed at an Airflow deployment's environment, Overseer finds the same
-//! metadata database, executors, broker and health thresholds Airflow uses.
+//! metadata database, executors, broker and health thresholds Airflow uses,
+//! resolved as Airflow resolves them ([`conf`]: variables, `_CMD`, `airflow.cfg`).
 //! Each value is translated here into Overseer's keys; an error names the
-//! Airflow variable it came from.
+//! variable or the option of `airflow.cfg` it came from.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,92 +16,103 @@ use super::bounds::{self, Bounds};
 use super::executor::{ExecutorKind, ExecutorName};
 use super::{ConfigError, duration};
 
-/// Airflow's metadata database, as a SQLAlchemy URL.
-pub const SQL_ALCHEMY_CONN: &str = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN";
-/// Airflow's executors: a comma-separated list of `Class` or `alias:Class`.
-pub const EXECUTOR: &str = "AIRFLOW__CORE__EXECUTOR";
-/// The Celery broker every Celery executor of the deployment uses.
-pub const BROKER_URL: &str = "AIRFLOW__CELERY__BROKER_URL";
-/// TLS to the Celery broker (`[celery] ssl_active`, a boolean).
-pub const SSL_ACTIVE: &str = "AIRFLOW__CELERY__SSL_ACTIVE";
-/// The client key for TLS to the broker (`[celery] ssl_key`, a PEM file).
-pub const SSL_KEY: &str = "AIRFLOW__CELERY__SSL_KEY";
-/// The client certificate for TLS to the broker (`[celery] ssl_cert`, a PEM file).
-pub const SSL_CERT: &str = "AIRFLOW__CELERY__SSL_CERT";
-/// The CA bundle for TLS to the broker (`[celery] ssl_cacert`, a PEM file).
-pub const SSL_CACERT: &str = "AIRFLOW__CELERY__SSL_CACERT";
-/// Each `[celery] ssl_*` variable and the `[[executors]]` key it sets.
-const SSL_KEYS: [(&str, &str); 4] = [
+pub mod conf;
+mod expand;
+mod ini;
+
+pub use conf::{AirflowConf, AirflowOption, Resolved, Source};
+use conf::{
+    BROKER_URL, DAG_PROCESSOR_THRESHOLD, DEFAULT_QUEUE, EXECUTOR, SCHEDULER_THRESHOLD,
+    SQL_ALCHEMY_CONN, SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
+};
+
+/// Each `[celery] ssl_*` option and the `[[executors]]` key it sets.
+const SSL_KEYS: [(AirflowOption, &str); 4] = [
     (SSL_ACTIVE, "ssl_active"),
     (SSL_KEY, "ssl_key"),
     (SSL_CERT, "ssl_cert"),
     (SSL_CACERT, "ssl_cacert"),
 ];
-/// The queue tasks go to when they name none.
-pub const DEFAULT_QUEUE: &str = "AIRFLOW__OPERATORS__DEFAULT_QUEUE";
-/// Seconds without a heartbeat before Airflow calls its scheduler unhealthy.
-pub const SCHEDULER_THRESHOLD: &str = "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD";
-/// The same for the triggerer.
-pub const TRIGGERER_THRESHOLD: &str = "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD";
-/// The same for the standalone DAG processor.
-pub const DAG_PROCESSOR_THRESHOLD: &str = "AIRFLOW__DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD";
 
 /// Airflow's broker when `[celery] broker_url` is unset.
 pub const AIRFLOW_DEFAULT_BROKER: &str = overseer_celery::AIRFLOW_DEFAULT_BROKER_URL;
 
-/// The values Airflow's environment sets, as Overseer keys, with the variable
-/// each came from (for error messages).
+/// The values Airflow's configuration sets, as Overseer keys, with where each
+/// came from (a variable, a `_CMD`, an option of `airflow.cfg`), for
+/// `overseer config` and error messages.
 pub struct AirflowEnv {
     values: Dict,
-    origins: BTreeMap<String, &'static str>,
+    origins: BTreeMap<String, String>,
 }
 
 impl AirflowEnv {
-    /// Reads Airflow's variables through `lookup`. `earlier` are the executors the
-    /// earlier layers configured, as they wrote them: an executor Airflow names
-    /// keeps their settings (queues, worker ping) for the same name.
-    pub fn read(
-        lookup: impl Fn(&str) -> Option<String>,
-        earlier: &[Dict],
-    ) -> Result<Self, ConfigError> {
+    /// Reads what Airflow's configuration (`conf`: its variables and its
+    /// `airflow.cfg`) sets; Airflow's defaults are not Overseer's. `earlier` are
+    /// the executors the earlier layers configured, as they wrote them: an
+    /// executor Airflow names keeps their settings (queues, worker ping) for the
+    /// same name.
+    pub fn read(conf: &AirflowConf, earlier: &[Dict]) -> Result<Self, ConfigError> {
         let mut env = Self {
             values: Dict::new(),
             origins: BTreeMap::new(),
         };
-        let set = |var: &str| lookup(var).filter(|v| !v.trim().is_empty());
+        let set = |option: &AirflowOption| -> Result<Option<(String, String)>, ConfigError> {
+            let resolved = conf.get(option, None)?;
+            Ok(match resolved.source {
+                Source::Default(_) => None,
+                _ if resolved.value.trim().is_empty() => None,
+                source => Some((resolved.value, source.to_string())),
+            })
+        };
 
-        if let Some(conn) = set(SQL_ALCHEMY_CONN) {
-            let url = sqlalchemy_to_sea_orm(&conn).map_err(|problem| {
-                ConfigError::new("database.url", env_var(SQL_ALCHEMY_CONN), problem)
-            })?;
-            env.insert(&["database", "url"], Value::from(url), SQL_ALCHEMY_CONN);
+        if let Some((conn, origin)) = set(&SQL_ALCHEMY_CONN)? {
+            let url = sqlalchemy_to_sea_orm(&conn)
+                .map_err(|problem| ConfigError::new("database.url", origin.clone(), problem))?;
+            env.insert(&["database", "url"], Value::from(url), origin);
         }
 
-        for (var, key) in [
+        for (option, key) in [
             (SCHEDULER_THRESHOLD, "scheduler"),
             (TRIGGERER_THRESHOLD, "triggerer"),
             (DAG_PROCESSOR_THRESHOLD, "dag_processor"),
         ] {
-            if let Some(text) = set(var) {
+            if let Some((text, origin)) = set(&option)? {
                 let threshold = parse_seconds(&text, bounds::of(&format!("thresholds.{key}")))
                     .map_err(|problem| {
-                        ConfigError::new(format!("thresholds.{key}"), env_var(var), problem)
+                        ConfigError::new(format!("thresholds.{key}"), origin.clone(), problem)
                     })?;
                 env.insert(
                     &["thresholds", key],
                     Value::from(duration::format(threshold)),
-                    var,
+                    origin,
                 );
             }
         }
 
+        let broker = set(&BROKER_URL)?;
         let celery = CeleryEnv {
-            broker: set(BROKER_URL),
-            default_queue: set(DEFAULT_QUEUE).map(|q| q.trim().to_owned()),
+            broker: broker.as_ref().map(|(url, _)| url.clone()),
+            default_queue: set(&DEFAULT_QUEUE)?.map(|(q, _)| q.trim().to_owned()),
             ssl: ssl_settings(&set)?,
         };
-        let executors = match set(EXECUTOR) {
-            Some(list) => Some(executors_from(&list, earlier, &celery)?),
+        let mut field_origins = Vec::new();
+        if let Some((_, origin)) = broker {
+            field_origins.push(("broker_url", origin));
+        }
+        field_origins.extend(
+            celery
+                .ssl
+                .iter()
+                .map(|(key, _, origin)| (*key, origin.clone())),
+        );
+        let executor_list = set(&EXECUTOR)?;
+        let list_origin = executor_list
+            .as_ref()
+            .map(|(_, origin)| origin.clone())
+            .or_else(|| field_origins.first().map(|(_, origin)| origin.clone()))
+            .unwrap_or_else(|| LAYER.to_owned());
+        let executors = match executor_list.as_ref().map(|(list, _)| list) {
+            Some(list) => Some(executors_from(list, earlier, &celery, &list_origin)?),
             // No executor list from Airflow: its broker, queue and TLS settings still
             // apply to the Celery executors configured before.
             None if celery.broker.is_some()
@@ -109,21 +121,32 @@ impl AirflowEnv {
             {
                 let mut executors = earlier.to_vec();
                 for executor in &mut executors {
-                    apply_celery(executor, &celery, false);
+                    apply_celery(executor, &celery, None);
                 }
                 Some(executors)
             }
             None => None,
         };
         if let Some(executors) = executors {
+            for index in 0..executors.len() {
+                for (field, origin) in &field_origins {
+                    env.origins
+                        .insert(format!("executors.{index}.{field}"), origin.clone());
+                }
+            }
             let value = Value::from(executors.into_iter().map(Value::from).collect::<Vec<_>>());
-            env.insert(&["executors"], value, EXECUTOR);
+            env.insert(&["executors"], value, list_origin);
         }
         Ok(env)
     }
 
-    fn insert(&mut self, path: &[&str], value: Value, var: &'static str) {
-        self.origins.insert(path.join("."), var);
+    /// Each key Airflow's configuration set, and where its value came from.
+    pub fn origins(&self) -> &BTreeMap<String, String> {
+        &self.origins
+    }
+
+    fn insert(&mut self, path: &[&str], value: Value, origin: String) {
+        self.origins.insert(path.join("."), origin);
         let (last, parents) = path.split_last().expect("a key path");
         let mut dict = &mut self.values;
         for key in parents {
@@ -145,26 +168,28 @@ struct CeleryEnv {
     broker: Option<String>,
     /// `[operators] default_queue`.
     default_queue: Option<String>,
-    /// `[celery] ssl_*`, as `[[executors]]` keys and values.
-    ssl: Vec<(&'static str, Value)>,
+    /// `[celery] ssl_*`, as `[[executors]]` keys and values, and where each came from.
+    ssl: Vec<(&'static str, Value, String)>,
 }
 
 /// `[celery] ssl_active`, `ssl_key`, `ssl_cert`, `ssl_cacert`, as the keys of an
 /// `[[executors]]` entry; `ssl_active` read as Airflow reads a boolean.
-fn ssl_settings(
-    set: &impl Fn(&str) -> Option<String>,
-) -> Result<Vec<(&'static str, Value)>, ConfigError> {
+type Lookup<'a> = dyn Fn(&AirflowOption) -> Result<Option<(String, String)>, ConfigError> + 'a;
+
+fn ssl_settings(set: &Lookup<'_>) -> Result<Vec<(&'static str, Value, String)>, ConfigError> {
     let mut ssl = Vec::new();
-    for (var, key) in SSL_KEYS {
-        let Some(text) = set(var) else { continue };
+    for (option, key) in SSL_KEYS {
+        let Some((text, origin)) = set(&option)? else {
+            continue;
+        };
         let value = if key == "ssl_active" {
             Value::from(airflow_bool(&text).map_err(|problem| {
-                ConfigError::new(format!("executors[].{key}"), env_var(var), problem)
+                ConfigError::new(format!("executors[].{key}"), origin.clone(), problem)
             })?)
         } else {
             Value::from(text.trim())
         };
-        ssl.push((key, value));
+        ssl.push((key, value, origin));
     }
     Ok(ssl)
 }
@@ -187,20 +212,21 @@ fn executors_from(
     list: &str,
     earlier: &[Dict],
     celery: &CeleryEnv,
+    origin: &str,
 ) -> Result<Vec<Dict>, ConfigError> {
     let mut executors = Vec::new();
     for (index, entry) in list.split(',').map(str::trim).enumerate() {
         let key = format!("executors[{index}].name");
         let name: ExecutorName = entry
             .parse()
-            .map_err(|problem| ConfigError::new(key, env_var(EXECUTOR), problem))?;
+            .map_err(|problem| ConfigError::new(key, origin, problem))?;
         let name = name.to_string();
         let mut executor = earlier
             .iter()
             .find(|e| name_of(e) == Some(name.as_str()))
             .cloned()
             .unwrap_or_else(|| Dict::from([("name".to_owned(), Value::from(name.clone()))]));
-        apply_celery(&mut executor, celery, true);
+        apply_celery(&mut executor, celery, Some(origin));
         executors.push(executor);
     }
     Ok(executors)
@@ -212,13 +238,14 @@ fn name_of(executor: &Dict) -> Option<&str> {
 }
 
 /// Gives a Celery executor Airflow's broker and default queue. With
-/// `airflow_default`, a Celery executor with no broker at all gets Airflow's own
-/// default broker, as Airflow would, and says so.
+/// `airflow_default` (where Airflow's executor list came from), a Celery
+/// executor with no broker at all gets Airflow's own default broker, as Airflow
+/// would, and says so.
 ///
 /// The entry is the text the earlier layers read, and the broker is the text
 /// of the variable: no typed value (whose secrets print redacted) is ever
 /// turned back into configuration.
-fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: bool) {
+fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option<&str>) {
     let (broker, default_queue) = (celery.broker.as_deref(), celery.default_queue.as_deref());
     let Some(name) = name_of(executor).map(str::to_owned) else {
         return;
@@ -231,14 +258,17 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: bool) 
     }
     if let Some(broker) = broker {
         executor.insert("broker_url".into(), Value::from(broker.trim()));
-    } else if airflow_default && !executor.contains_key("broker_url") {
+    } else if let Some(list_origin) = airflow_default
+        && !executor.contains_key("broker_url")
+    {
         tracing::warn!(
-            "{EXECUTOR} names {name} but no broker URL is set ({BROKER_URL}, or broker_url in overseer.toml): \
-             using Airflow's default {AIRFLOW_DEFAULT_BROKER}"
+            "{list_origin} names {name} but no broker URL is set ({}, [celery] broker_url \
+             in airflow.cfg, or broker_url in overseer.toml): using Airflow's default {AIRFLOW_DEFAULT_BROKER}",
+            BROKER_URL.variable(None)
         );
         executor.insert("broker_url".into(), Value::from(AIRFLOW_DEFAULT_BROKER));
     }
-    for (key, value) in &celery.ssl {
+    for (key, value, _) in &celery.ssl {
         executor.insert((*key).to_owned(), value.clone());
     }
     let default_queues = Value::from(super::default_queues());
@@ -249,29 +279,19 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: bool) 
     }
 }
 
-fn env_var(var: &str) -> String {
-    format!("environment variable {var}")
-}
+/// The name of Airflow's layer, as figment's metadata holds it.
+pub(super) const LAYER: &str = "Airflow configuration";
 
 impl Provider for AirflowEnv {
     fn metadata(&self) -> Metadata {
         let origins = self.origins.clone();
-        Metadata::named("Airflow environment").interpolater(move |_: &Profile, keys: &[&str]| {
-            // The longest configured prefix of the key names the variable.
+        Metadata::named(LAYER).interpolater(move |_: &Profile, keys: &[&str]| {
+            // The longest configured prefix of the key names its source.
             (1..=keys.len())
                 .rev()
                 .find_map(|n| origins.get(&keys[..n].join(".")))
-                .map(|var| {
-                    let field = keys.last().copied().unwrap_or_default();
-                    let ssl = SSL_KEYS.iter().find(|(_, key)| *key == field);
-                    match (keys.first(), field, ssl) {
-                        (Some(&"executors"), "broker_url", _) => BROKER_URL,
-                        (Some(&"executors"), _, Some((ssl_var, _))) => ssl_var,
-                        _ => var,
-                    }
-                })
-                .unwrap_or("Airflow environment")
-                .to_owned()
+                .cloned()
+                .unwrap_or_else(|| LAYER.to_owned())
         })
     }
 
@@ -412,15 +432,18 @@ mod tests {
             Some("CeleryExecutor, KubernetesExecutor,team:my.company.BatchExecutor"),
             None,
         ] {
-            let env = AirflowEnv::read(
-                |var| match var {
-                    EXECUTOR => list.map(str::to_owned),
-                    BROKER_URL => Some("redis://broker:6379/0".to_owned()),
-                    _ => None,
-                },
-                &earlier,
-            )
-            .unwrap();
+            let mut vars = vec![
+                ("HOME".to_owned(), "/nonexistent".to_owned()),
+                (
+                    BROKER_URL.variable(None),
+                    "redis://broker:6379/0".to_owned(),
+                ),
+            ];
+            if let Some(list) = list {
+                vars.push((EXECUTOR.variable(None), list.to_owned()));
+            }
+            let conf = AirflowConf::read(vars).unwrap();
+            let env = AirflowEnv::read(&conf, &earlier).unwrap();
             let Some(Value::Array(_, executors)) = env.values.get("executors") else {
                 panic!("Airflow's layer sets the executors: {:?}", env.values);
             };
