@@ -1033,3 +1033,294 @@ fn airflows_configuration_that_cannot_be_used_is_one_line_and_exit_code_2() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// Airflow is the judge of its own configuration: on each layout, every option
+/// Overseer reads resolves to the value the real Airflow 3.3.2 gets from
+/// `conf.get(section, key)` (what `airflow config get-value` prints; one Python
+/// process per layout instead of one `airflow` per option), a team's options
+/// as `conf.get(..., team_name=...)` gives them to that team's executor.
+#[test]
+fn every_option_overseer_reads_resolves_as_airflow_resolves_it() {
+    use overseer::config::airflow::conf::{OPTIONS, SQL_ALCHEMY_CONN, TEAM_OPTIONS};
+    use overseer::config::airflow::{AirflowConf, AirflowOption, sqlalchemy_to_sea_orm};
+
+    let Some(venv) = support::airflow::venv() else {
+        return;
+    };
+    struct Layout {
+        name: &'static str,
+        vars: Vec<(&'static str, String)>,
+        files: Vec<(&'static str, &'static str)>,
+        team: Option<&'static str>,
+    }
+    let full_cfg = "[core]\nexecutor = CeleryExecutor\nmulti_team = True\n\
+        [database]\nsql_alchemy_conn = postgresql+psycopg2://airflow:pw@db:5432/airflow\n\
+        [celery]\nbroker_url = redis://:pw@broker:6379/0\nssl_active = true\nssl_key = /k.pem\n\
+        ssl_cert = /c.pem\nssl_cacert = /ca.pem\n\
+        [operators]\ndefault_queue = airflow\n\
+        [scheduler]\nscheduler_health_check_threshold = 45\n\
+        [triggerer]\ntriggerer_health_check_threshold = 50.5\n\
+        [dag_processor]\nhealth_check_threshold = 55\n";
+    let layout = |name, vars: Vec<(&'static str, &str)>, files, team| Layout {
+        name,
+        vars: vars.into_iter().map(|(k, v)| (k, v.to_owned())).collect(),
+        files,
+        team,
+    };
+    let layouts = [
+        layout(
+            "file only",
+            vec![("AIRFLOW_HOME", "{dir}/home")],
+            vec![("home/airflow.cfg", full_cfg)],
+            None,
+        ),
+        layout(
+            "variable over file",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                (
+                    "AIRFLOW__CELERY__BROKER_URL",
+                    "amqp://guest:guest@mq:5672//",
+                ),
+                ("AIRFLOW__CORE__EXECUTOR", "LocalExecutor"),
+            ],
+            vec![("home/airflow.cfg", full_cfg)],
+            None,
+        ),
+        layout(
+            "_CMD in the environment",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                ("AIRFLOW__CELERY__BROKER_URL_CMD", "cat {dir}/broker"),
+                (
+                    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD",
+                    "printf 'postgresql://a:b@c/d'",
+                ),
+            ],
+            vec![("broker", "redis://:s3cret@broker:6379/1\n")],
+            None,
+        ),
+        layout(
+            "_cmd in the file",
+            vec![("AIRFLOW_HOME", "{dir}/home")],
+            vec![
+                (
+                    "home/airflow.cfg",
+                    "[celery]\nbroker_url_cmd = cat {dir}/broker\n[database]\nsql_alchemy_conn_cmd = echo sqlite:////tmp/x.db\n",
+                ),
+                ("broker", "redis://broker:6379/2"),
+            ],
+            None,
+        ),
+        layout(
+            "AIRFLOW_CONFIG names another file",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                ("AIRFLOW_CONFIG", "{dir}/elsewhere.cfg"),
+            ],
+            vec![
+                ("home/airflow.cfg", full_cfg),
+                ("elsewhere.cfg", "[core]\nexecutor = KubernetesExecutor\n"),
+            ],
+            None,
+        ),
+        layout(
+            "an empty AIRFLOW_HOME",
+            vec![("AIRFLOW_HOME", "{dir}/home")],
+            vec![],
+            None,
+        ),
+        layout(
+            "no AIRFLOW_HOME: ~/airflow",
+            vec![],
+            vec![("airflow/airflow.cfg", "[core]\nexecutor = CeleryExecutor\n")],
+            None,
+        ),
+        layout(
+            "a relative sqlite:/// path",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                (
+                    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                    "sqlite:///airflow.db",
+                ),
+            ],
+            vec![],
+            None,
+        ),
+        layout(
+            "a password with % and @, in the file and in a variable",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                (
+                    "AIRFLOW__CELERY__BROKER_URL",
+                    "redis://:p%40ss%25w@rd@broker:6379/0",
+                ),
+            ],
+            vec![(
+                "home/airflow.cfg",
+                "[database]\nsql_alchemy_conn = postgresql://airflow:50%%off@db/airflow\n",
+            )],
+            None,
+        ),
+        layout(
+            "a team's variables and file section",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                ("AIRFLOW__CORE__MULTI_TEAM", "True"),
+                (
+                    "AIRFLOW__CORE__EXECUTOR",
+                    "LocalExecutor;team_a=CeleryExecutor",
+                ),
+                ("AIRFLOW__CELERY__BROKER_URL", "redis://global:6379/0"),
+                (
+                    "AIRFLOW__TEAM_A___CELERY__BROKER_URL",
+                    "redis://team-a:6379/0",
+                ),
+            ],
+            vec![(
+                "home/airflow.cfg",
+                "[celery]\nssl_active = True\n[team_a=operators]\ndefault_queue = team_a_queue\n",
+            )],
+            Some("team_a"),
+        ),
+        layout(
+            "deprecated [core] sql_alchemy_conn",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                (
+                    "AIRFLOW__CORE__SQL_ALCHEMY_CONN",
+                    "postgresql://old@db/airflow",
+                ),
+            ],
+            vec![(
+                "home/airflow.cfg",
+                "[core]\nsql_alchemy_conn = mysql://older@db/airflow\n",
+            )],
+            None,
+        ),
+        layout(
+            "$VAR and ~ expanded, [DEFAULT] and %(key)s interpolated",
+            vec![
+                ("AIRFLOW_HOME", "~/home"),
+                ("DB_HOST", "db.internal"),
+                ("AIRFLOW__CELERY__SSL_CACERT", "~/ca.pem"),
+            ],
+            vec![(
+                "home/airflow.cfg",
+                "[DEFAULT]\nport = 5432\n[database]\nsql_alchemy_conn = postgresql://a@$DB_HOST:%(port)s/${DB_NAME}\n[operators]\ndefault_queue = q-%(port)s\n",
+            )],
+            None,
+        ),
+        layout(
+            "_CMD of an option that is not sensitive is ignored; an empty variable wins",
+            vec![
+                ("AIRFLOW_HOME", "{dir}/home"),
+                ("AIRFLOW__CORE__EXECUTOR_CMD", "echo CeleryExecutor"),
+                ("AIRFLOW__OPERATORS__DEFAULT_QUEUE", ""),
+            ],
+            vec![(
+                "home/airflow.cfg",
+                "[operators]\ndefault_queue = from_file\n",
+            )],
+            None,
+        ),
+    ];
+    let script = r#"
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from airflow.configuration import conf
+options, team, team_options = json.loads(sys.argv[1]), sys.argv[2] or None, json.loads(sys.argv[3])
+values = {}
+for section, key in options:
+    values[f"{section}.{key}"] = conf.get(section, key)
+for section, key in team_options:
+    if team is not None:
+        values[f"{team}:{section}.{key}"] = conf.get(section, key, team_name=team)
+print("VALUES " + json.dumps(values))
+"#;
+    let key = |o: &AirflowOption| format!("{}.{}", o.section, o.key);
+    for layout in layouts {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().display().to_string();
+        for (path, text) in &layout.files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text.replace("{dir}", &root)).unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let mut env: Vec<(String, String)> = vec![
+            ("HOME".into(), root.clone()),
+            ("PATH".into(), "/usr/bin:/bin".into()),
+        ];
+        env.extend(
+            layout
+                .vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.replace("{dir}", &root))),
+        );
+
+        // Overseer first: Airflow writes a default airflow.cfg where it finds none.
+        let conf =
+            AirflowConf::read(env.clone()).unwrap_or_else(|e| panic!("{}: {e}", layout.name));
+        let mut ours = serde_json::Map::new();
+        for option in &OPTIONS {
+            ours.insert(key(option), conf.get(option, None).unwrap().value.into());
+        }
+        if let Some(team) = layout.team {
+            for option in &TEAM_OPTIONS {
+                ours.insert(
+                    format!("{team}:{}", key(option)),
+                    conf.get(option, Some(team)).unwrap().value.into(),
+                );
+            }
+        }
+
+        let options: Vec<(&str, &str)> = OPTIONS.iter().map(|o| (o.section, o.key)).collect();
+        let team_options: Vec<(&str, &str)> =
+            TEAM_OPTIONS.iter().map(|o| (o.section, o.key)).collect();
+        let out = std::process::Command::new(venv.join("bin/python"))
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(env.iter().cloned())
+            .args([
+                "-c",
+                script,
+                &serde_json::to_string(&options).unwrap(),
+                layout.team.unwrap_or(""),
+                &serde_json::to_string(&team_options).unwrap(),
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("Cannot use relative path") {
+            // Airflow refuses the database it was given: so does Overseer.
+            let url = conf.get(&SQL_ALCHEMY_CONN, None).unwrap().value;
+            assert!(
+                sqlalchemy_to_sea_orm(&url).is_err(),
+                "{}: {url}",
+                layout.name
+            );
+            continue;
+        }
+        assert!(out.status.success(), "{}: {stderr}", layout.name);
+        // Airflow logs on stdout too: the values are the marked line.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let values = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("VALUES "))
+            .unwrap_or_default();
+        let airflows: serde_json::Map<String, serde_json::Value> = serde_json::from_str(values)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}: {}",
+                    layout.name,
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
+        for (option, airflow) in &airflows {
+            assert_eq!(ours.get(option), Some(airflow), "{}: {option}", layout.name);
+        }
+        assert_eq!(ours.len(), airflows.len(), "{}", layout.name);
+    }
+}

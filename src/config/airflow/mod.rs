@@ -306,7 +306,7 @@ impl Provider for AirflowEnv {
 ///   become `postgres://` (query options such as `sslmode` are kept);
 /// - `mysql://`, `mysql+mysqldb://`, `mysql+pymysql://`, ... become `mysql://`;
 /// - `sqlite:////abs/path` (four slashes) is the absolute file `/abs/path`,
-///   `sqlite:///rel/path` a path relative to the working folder, and `sqlite://`
+///   `sqlite:///rel/path` is refused as Airflow refuses it, and `sqlite://`
 ///   an in-memory database. The file must exist: Overseer does not create
 ///   Airflow's database.
 pub fn sqlalchemy_to_sea_orm(url: &str) -> Result<String, String> {
@@ -326,7 +326,12 @@ pub fn sqlalchemy_to_sea_orm(url: &str) -> Result<String, String> {
             let path = rest.split('?').next().unwrap_or_default();
             match path.strip_prefix('/') {
                 None if path.is_empty() => Ok("sqlite::memory:".into()),
-                Some(file) if !file.is_empty() => Ok(format!("sqlite://{file}")),
+                // As Airflow's `configure_orm`, which refuses the same URL.
+                Some(file) if !file.starts_with('/') => Err(
+                    "Airflow cannot use a relative SQLite path (use sqlite:////absolute/path)"
+                        .into(),
+                ),
+                Some(file) => Ok(format!("sqlite://{file}")),
                 _ => Err(format!(
                     "SQLite URL {url:?} names no file (expected sqlite:////absolute/path)"
                 )),
@@ -386,7 +391,6 @@ mod tests {
                 "sqlite:////opt/airflow/airflow.db",
                 "sqlite:///opt/airflow/airflow.db",
             ),
-            ("sqlite:///airflow.db", "sqlite://airflow.db"),
             ("sqlite://", "sqlite::memory:"),
         ] {
             assert_eq!(
@@ -405,6 +409,10 @@ mod tests {
             r#"dialect "mssql+pyodbc" is not supported (Overseer reads postgresql, mysql and sqlite databases)"#
         );
         assert!(sqlalchemy_to_sea_orm("airflow.db").is_err());
+        assert_eq!(
+            sqlalchemy_to_sea_orm("sqlite:///airflow.db").unwrap_err(),
+            "Airflow cannot use a relative SQLite path (use sqlite:////absolute/path)"
+        );
     }
 
     /// `check_command` and `check_url` are never Airflow's: an executor Airflow
