@@ -1324,3 +1324,108 @@ print("VALUES " + json.dumps(values))
         assert_eq!(ours.len(), airflows.len(), "{}", layout.name);
     }
 }
+
+/// Airflow 3.3's teams: `LocalExecutor;team_a=CeleryExecutor;team_b=CeleryExecutor`
+/// with `[core] multi_team`. Each team's executor is supervised on its own, with
+/// its team's broker (`AIRFLOW__<TEAM>___CELERY__BROKER_URL`, or the team's
+/// `[<team>=celery]` section), and its name says the team, so one team's dead
+/// broker is never hidden by another's.
+#[test]
+fn each_teams_executor_is_supervised_with_its_teams_broker() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("airflow.cfg"),
+        "[team_b=celery]\nbroker_url = redis://127.0.0.1:6380/0\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_CONFIG", dir.path().join("airflow.cfg"))
+        .env("AIRFLOW__CORE__MULTI_TEAM", "True")
+        .env(
+            "AIRFLOW__CORE__EXECUTOR",
+            "LocalExecutor;team_a=CeleryExecutor;team_b=CeleryExecutor",
+        )
+        .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0")
+        .env(
+            "AIRFLOW__TEAM_A___CELERY__BROKER_URL",
+            "redis://:teams3cret@127.0.0.1:6381/0",
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    let executors: Vec<(&str, Option<&str>)> = config["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e.get("broker_url").and_then(|b| b.as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        executors,
+        [
+            ("LocalExecutor", None),
+            (
+                "team_a=CeleryExecutor",
+                Some("redis://:***@127.0.0.1:6381/0")
+            ),
+            ("team_b=CeleryExecutor", Some("redis://127.0.0.1:6380/0")),
+        ]
+    );
+    assert!(out.stdout.contains(
+        "#   executors.1.broker_url <- environment variable AIRFLOW__TEAM_A___CELERY__BROKER_URL"
+    ));
+    assert!(!out.stdout.contains("teams3cret"));
+
+    // Without multi_team, Airflow ignores the teams' lists, and says so: so does Overseer.
+    let out = run(overseer(dir.path())
+        .env(
+            "AIRFLOW__CORE__EXECUTOR",
+            "LocalExecutor;team_a=CeleryExecutor",
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    assert_eq!(config["executors"].as_array().unwrap().len(), 1);
+    assert!(
+        out.stderr.contains("multi_team is not enabled"),
+        "{}",
+        out.stderr
+    );
+
+    // Airflow's own refusals, one line each, exit 2.
+    for (list, problem) in [
+        (
+            "LocalExecutor;team_a=CeleryExecutor;team_a=LocalExecutor",
+            "team 'team_a' appears more than once in the executor list: each team can be named once",
+        ),
+        (
+            "team_a=CeleryExecutor",
+            "at least one global executor must come first (e.g. 'CeleryExecutor;team1=LocalExecutor')",
+        ),
+        (
+            "team_a=CeleryExecutor;LocalExecutor",
+            "the global executors must come before the teams' (e.g. 'CeleryExecutor;team1=LocalExecutor')",
+        ),
+        (
+            "LocalExecutor;a=CeleryExecutor",
+            "team \"a\" is not a team name Airflow accepts (3 to 50 letters, digits, '-' and '_')",
+        ),
+    ] {
+        let out = run(overseer(dir.path())
+            .env("AIRFLOW__CORE__MULTI_TEAM", "true")
+            .env("AIRFLOW__CORE__EXECUTOR", list)
+            .arg("config"));
+        assert_eq!(out.code, Some(2), "{list}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "error: invalid configuration: executors (from environment variable AIRFLOW__CORE__EXECUTOR): {problem}"
+            ),
+            "{list}"
+        );
+    }
+}

@@ -1,8 +1,10 @@
 //! Executor names as Airflow's `[core] executor` writes them.
 //!
 //! An entry is `Class`, `alias:Class`, or a module path to a custom class
-//! (`my.company.MyExecutor`, `alias:my.company.MyExecutor`). The full entry, as
-//! written, is the `executor_class` of the executor's row.
+//! (`my.company.MyExecutor`, `alias:my.company.MyExecutor`); a team's executor
+//! (Airflow 3.3's `[core] multi_team`) is written `team=Class`, as the team's
+//! part of Airflow's list. The full entry, as written, is the `executor_class`
+//! of the executor's row, so rows, the JSON, `/metrics` and alerts name the team.
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,6 +25,8 @@ pub const MAX_EXECUTOR_NAME: usize = 500;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ExecutorName {
+    /// The team before `=`, for a team's executor.
+    pub team: Option<String>,
     /// The alias before `:`, if any.
     pub alias: Option<String>,
     /// The class: a core short name or a dotted module path.
@@ -71,6 +75,10 @@ impl FromStr for ExecutorName {
                 "is {length} characters long; job.executor_class holds at most {MAX_EXECUTOR_NAME}"
             ));
         }
+        let (team, entry) = match entry.split_once('=') {
+            Some((team, rest)) => (Some(check_team(team.trim())?), rest.trim()),
+            None => (None, entry),
+        };
         let (alias, class) = match entry.split_once(':') {
             Some((alias, class)) => (Some(alias.trim()), class.trim()),
             None => (None, entry),
@@ -107,9 +115,26 @@ impl FromStr for ExecutorName {
             ));
         }
         Ok(Self {
+            team,
             alias: alias.map(str::to_owned),
             class: class.to_owned(),
         })
+    }
+}
+
+/// A team's name as Airflow 3.3 accepts one (`airflow teams create`): 3 to 50
+/// letters, digits, `-` and `_`.
+pub fn check_team(team: &str) -> Result<String, String> {
+    let valid = (3..=50).contains(&team.chars().count())
+        && team
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if valid {
+        Ok(team.to_owned())
+    } else {
+        Err(format!(
+            "team {team:?} is not a team name Airflow accepts (3 to 50 letters, digits, '-' and '_')"
+        ))
     }
 }
 
@@ -129,6 +154,9 @@ impl From<ExecutorName> for String {
 
 impl fmt::Display for ExecutorName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(team) = &self.team {
+            write!(f, "{team}=")?;
+        }
         match &self.alias {
             Some(alias) => write!(f, "{alias}:{}", self.class),
             None => f.write_str(&self.class),
@@ -168,6 +196,12 @@ mod tests {
             assert_eq!(parsed.kind(), ExecutorKind::Edge, "{edge}");
             assert_eq!(parsed.to_string(), edge);
         }
+
+        let teamed: ExecutorName = "team_a=fast:CeleryExecutor".parse().unwrap();
+        assert_eq!(teamed.team.as_deref(), Some("team_a"));
+        assert_eq!(teamed.kind(), ExecutorKind::Celery);
+        assert_eq!(teamed.to_string(), "team_a=fast:CeleryExecutor");
+        assert!("a=CeleryExecutor".parse::<ExecutorName>().is_err());
 
         let custom: ExecutorName = "team:my.company.BatchExecutor".parse().unwrap();
         assert_eq!(custom.kind(), ExecutorKind::Unchecked);

@@ -13,7 +13,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
 use super::bounds::{self, Bounds};
-use super::executor::{ExecutorKind, ExecutorName};
+use super::executor::{self, ExecutorKind, ExecutorName};
 use super::{ConfigError, duration};
 
 pub mod conf;
@@ -22,7 +22,7 @@ mod ini;
 
 pub use conf::{AirflowConf, AirflowOption, Resolved, Source};
 use conf::{
-    BROKER_URL, DAG_PROCESSOR_THRESHOLD, DEFAULT_QUEUE, EXECUTOR, SCHEDULER_THRESHOLD,
+    BROKER_URL, DAG_PROCESSOR_THRESHOLD, DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, SCHEDULER_THRESHOLD,
     SQL_ALCHEMY_CONN, SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
 };
 
@@ -56,14 +56,17 @@ impl AirflowEnv {
             values: Dict::new(),
             origins: BTreeMap::new(),
         };
-        let set = |option: &AirflowOption| -> Result<Option<(String, String)>, ConfigError> {
-            let resolved = conf.get(option, None)?;
+        let set_for = |option: &AirflowOption,
+                       team: Option<&str>|
+         -> Result<Option<(String, String)>, ConfigError> {
+            let resolved = conf.get(option, team)?;
             Ok(match resolved.source {
                 Source::Default(_) => None,
                 _ if resolved.value.trim().is_empty() => None,
                 source => Some((resolved.value, source.to_string())),
             })
         };
+        let set = |option: &AirflowOption| set_for(option, None);
 
         if let Some((conn, origin)) = set(&SQL_ALCHEMY_CONN)? {
             let url = sqlalchemy_to_sea_orm(&conn)
@@ -89,22 +92,7 @@ impl AirflowEnv {
             }
         }
 
-        let broker = set(&BROKER_URL)?;
-        let celery = CeleryEnv {
-            broker: broker.as_ref().map(|(url, _)| url.clone()),
-            default_queue: set(&DEFAULT_QUEUE)?.map(|(q, _)| q.trim().to_owned()),
-            ssl: ssl_settings(&set)?,
-        };
-        let mut field_origins = Vec::new();
-        if let Some((_, origin)) = broker {
-            field_origins.push(("broker_url", origin));
-        }
-        field_origins.extend(
-            celery
-                .ssl
-                .iter()
-                .map(|(key, _, origin)| (*key, origin.clone())),
-        );
+        let (celery, field_origins) = CeleryEnv::read(&set_for, None)?;
         let executor_list = set(&EXECUTOR)?;
         let list_origin = executor_list
             .as_ref()
@@ -112,7 +100,39 @@ impl AirflowEnv {
             .or_else(|| field_origins.first().map(|(_, origin)| origin.clone()))
             .unwrap_or_else(|| LAYER.to_owned());
         let executors = match executor_list.as_ref().map(|(list, _)| list) {
-            Some(list) => Some(executors_from(list, earlier, &celery, &list_origin)?),
+            Some(list) => {
+                let multi_team = match set(&MULTI_TEAM)? {
+                    Some((text, origin)) => airflow_bool(&text)
+                        .map_err(|problem| ConfigError::new("", origin, problem))?,
+                    None => false,
+                };
+                let teams = team_lists(list, multi_team).map_err(|problem| {
+                    ConfigError::new("executors", list_origin.clone(), problem)
+                })?;
+                let mut executors = Vec::new();
+                for (team, entries) in teams {
+                    let (team_celery, team_origins) = match &team {
+                        None => (celery.clone(), field_origins.clone()),
+                        Some(team) => CeleryEnv::read(&set_for, Some(team))?,
+                    };
+                    for executor in executors_from(
+                        &entries,
+                        team.as_deref(),
+                        executors.len(),
+                        earlier,
+                        &team_celery,
+                        &list_origin,
+                    )? {
+                        let index = executors.len();
+                        for (field, origin) in &team_origins {
+                            env.origins
+                                .insert(format!("executors.{index}.{field}"), origin.clone());
+                        }
+                        executors.push(executor);
+                    }
+                }
+                Some(executors)
+            }
             // No executor list from Airflow: its broker, queue and TLS settings still
             // apply to the Celery executors configured before.
             None if celery.broker.is_some()
@@ -120,20 +140,18 @@ impl AirflowEnv {
                 || !celery.ssl.is_empty() =>
             {
                 let mut executors = earlier.to_vec();
-                for executor in &mut executors {
+                for (index, executor) in executors.iter_mut().enumerate() {
                     apply_celery(executor, &celery, None);
+                    for (field, origin) in &field_origins {
+                        env.origins
+                            .insert(format!("executors.{index}.{field}"), origin.clone());
+                    }
                 }
                 Some(executors)
             }
             None => None,
         };
         if let Some(executors) = executors {
-            for index in 0..executors.len() {
-                for (field, origin) in &field_origins {
-                    env.origins
-                        .insert(format!("executors.{index}.{field}"), origin.clone());
-                }
-            }
             let value = Value::from(executors.into_iter().map(Value::from).collect::<Vec<_>>());
             env.insert(&["executors"], value, list_origin);
         }
@@ -162,7 +180,8 @@ impl AirflowEnv {
     }
 }
 
-/// What Airflow's environment says about its Celery executors.
+/// What Airflow's configuration says about its Celery executors, or a team's.
+#[derive(Clone)]
 struct CeleryEnv {
     /// `[celery] broker_url`.
     broker: Option<String>,
@@ -170,6 +189,84 @@ struct CeleryEnv {
     default_queue: Option<String>,
     /// `[celery] ssl_*`, as `[[executors]]` keys and values, and where each came from.
     ssl: Vec<(&'static str, Value, String)>,
+}
+
+/// Where each `[[executors]]` key Airflow set came from.
+type FieldOrigins = Vec<(&'static str, String)>;
+
+impl CeleryEnv {
+    /// The Celery settings of everyone (`team` `None`) or of a team, as Airflow's
+    /// Celery executor reads them for that team.
+    fn read(set: &TeamLookup<'_>, team: Option<&str>) -> Result<(Self, FieldOrigins), ConfigError> {
+        let broker = set(&BROKER_URL, team)?;
+        let celery = Self {
+            broker: broker.as_ref().map(|(url, _)| url.clone()),
+            default_queue: set(&DEFAULT_QUEUE, team)?.map(|(q, _)| q.trim().to_owned()),
+            ssl: ssl_settings(&|option: &AirflowOption| set(option, team))?,
+        };
+        let mut origins = Vec::new();
+        if let Some((_, origin)) = broker {
+            origins.push(("broker_url", origin));
+        }
+        origins.extend(
+            celery
+                .ssl
+                .iter()
+                .map(|(key, _, origin)| (*key, origin.clone())),
+        );
+        Ok((celery, origins))
+    }
+}
+
+type TeamLookup<'a> =
+    dyn Fn(&AirflowOption, Option<&str>) -> Result<Option<(String, String)>, ConfigError> + 'a;
+
+/// Airflow's `[core] executor` split into its teams' lists, as Airflow's
+/// `ExecutorLoader._get_team_executor_configs` splits it: `;` between lists, the
+/// global one first (no `team=`), a team's ignored (with a warning) unless
+/// `[core] multi_team`; Airflow's own errors for a team named twice and for
+/// the order.
+fn team_lists(list: &str, multi_team: bool) -> Result<Vec<(Option<String>, String)>, String> {
+    let mut lists: Vec<(Option<String>, String)> = Vec::new();
+    for part in list.split(';') {
+        let (team, names) = if !part.contains('=') || part.starts_with('=') {
+            (None, part.trim_matches('=').to_owned())
+        } else if multi_team {
+            let mut pieces = part.split('=');
+            let (Some(team), Some(names), None) = (pieces.next(), pieces.next(), pieces.next())
+            else {
+                return Err(format!(
+                    "the team entry {:?} has more than one '='",
+                    part.trim()
+                ));
+            };
+            (Some(executor::check_team(team.trim())?), names.to_owned())
+        } else {
+            tracing::warn!(
+                "[core] multi_team is not enabled, so Airflow ignores the team executors {:?}, and so does Overseer",
+                part.trim()
+            );
+            continue;
+        };
+        if lists.iter().any(|(seen, _)| *seen == team) {
+            let team = team.as_deref().unwrap_or("(global)");
+            return Err(format!(
+                "team '{team}' appears more than once in the executor list: each team can be named once"
+            ));
+        }
+        if team.is_none() && lists.iter().any(|(seen, _)| seen.is_some()) {
+            return Err(
+                "the global executors must come before the teams' (e.g. 'CeleryExecutor;team1=LocalExecutor')".into(),
+            );
+        }
+        lists.push((team, names));
+    }
+    if !lists.iter().any(|(team, _)| team.is_none()) {
+        return Err(
+            "at least one global executor must come first (e.g. 'CeleryExecutor;team1=LocalExecutor')".into(),
+        );
+    }
+    Ok(lists)
 }
 
 /// `[celery] ssl_active`, `ssl_key`, `ssl_cert`, `ssl_cacert`, as the keys of an
@@ -206,20 +303,24 @@ fn airflow_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// The executors Airflow's list names, each keeping an earlier layer's settings for
-/// the same name.
+/// The executors of one list of Airflow's (a team's, with `team`), each keeping
+/// an earlier layer's settings for the same name; `first` is the index of the
+/// first, for errors.
 fn executors_from(
     list: &str,
+    team: Option<&str>,
+    first: usize,
     earlier: &[Dict],
     celery: &CeleryEnv,
     origin: &str,
 ) -> Result<Vec<Dict>, ConfigError> {
     let mut executors = Vec::new();
     for (index, entry) in list.split(',').map(str::trim).enumerate() {
-        let key = format!("executors[{index}].name");
-        let name: ExecutorName = entry
+        let key = format!("executors[{}].name", first + index);
+        let mut name: ExecutorName = entry
             .parse()
             .map_err(|problem| ConfigError::new(key, origin, problem))?;
+        name.team = team.map(str::to_owned);
         let name = name.to_string();
         let mut executor = earlier
             .iter()
@@ -250,12 +351,13 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
     let Some(name) = name_of(executor).map(str::to_owned) else {
         return;
     };
-    let is_celery = name
+    let Some(parsed) = name
         .parse::<ExecutorName>()
-        .is_ok_and(|n| n.kind() == ExecutorKind::Celery);
-    if !is_celery {
+        .ok()
+        .filter(|n| n.kind() == ExecutorKind::Celery)
+    else {
         return;
-    }
+    };
     if let Some(broker) = broker {
         executor.insert("broker_url".into(), Value::from(broker.trim()));
     } else if let Some(list_origin) = airflow_default
@@ -264,7 +366,7 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
         tracing::warn!(
             "{list_origin} names {name} but no broker URL is set ({}, [celery] broker_url \
              in airflow.cfg, or broker_url in overseer.toml): using Airflow's default {AIRFLOW_DEFAULT_BROKER}",
-            BROKER_URL.variable(None)
+            BROKER_URL.variable(parsed.team.as_deref())
         );
         executor.insert("broker_url".into(), Value::from(AIRFLOW_DEFAULT_BROKER));
     }
