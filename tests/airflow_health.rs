@@ -283,9 +283,53 @@ async fn airflows_endpoint_agrees_with_overseers() {
     only_appended(&body, &entry);
     airflows_model_parses(&airflow, &body);
 
+    // 7. Two teams, configured through Airflow's variables: team A's broker
+    // killed turns team A's instance unhealthy, in both endpoints, while team
+    // B's stays healthy.
+    let t_dir = workdir();
+    let mut redis_ta =
+        overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+    let redis_tb = overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+    write_config(t_dir.path(), &db.url, "sched-teams", &[]);
+    let mut teams = Serving::start(
+        overseer(t_dir.path())
+            .env("AIRFLOW__CORE__MULTI_TEAM", "True")
+            .env(
+                "AIRFLOW__CORE__EXECUTOR",
+                "LocalExecutor;team_a=CeleryExecutor;team_b=CeleryExecutor",
+            )
+            .env(
+                "AIRFLOW__TEAM_A___CELERY__BROKER_URL",
+                redis_ta.url(None, 0),
+            )
+            .env(
+                "AIRFLOW__TEAM_B___CELERY__BROKER_URL",
+                redis_tb.url(None, 0),
+            ),
+    );
+    agree(&airflow, &[&teams], "two teams, healthy", |e| {
+        health_of(e, "sched-teams", "team_a=CeleryExecutor") == Some("healthy")
+            && health_of(e, "sched-teams", "team_b=CeleryExecutor") == Some("healthy")
+    });
+    redis_ta.kill();
+    let entry = agree(&airflow, &[&teams], "team A's broker killed", |e| {
+        health_of(e, "sched-teams", "team_a=CeleryExecutor") == Some("unhealthy")
+            && health_of(e, "sched-teams", "team_b=CeleryExecutor") == Some("healthy")
+    });
+    let team_a = instance(&entry, "sched-teams", "team_a=CeleryExecutor").unwrap();
+    assert!(
+        team_a["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&redis_ta.url(None, 0))),
+        "{team_a}"
+    );
+    assert_eq!(entry["status"], "unhealthy", "{entry}");
+    teams.child.kill().expect("SIGKILL to sched-teams");
+    let _ = teams.child.wait();
+
     let strays = airflow.stop();
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
-    drop((airflow, redis_a, redis_b, db));
+    drop((airflow, redis_a, redis_b, redis_ta, redis_tb, db));
 }
 
 /// An `overseer.toml` in `dir`: quick polls, the test's threshold, `executors`
