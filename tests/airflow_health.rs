@@ -327,9 +327,57 @@ async fn airflows_endpoint_agrees_with_overseers() {
     teams.child.kill().expect("SIGKILL to sched-teams");
     let _ = teams.child.wait();
 
+    // 8. A host whose Airflow is configured by airflow.cfg alone: no Overseer
+    // setting and no AIRFLOW__ variable, the broker's URL only from a command
+    // (`broker_url_cmd`). Overseer finds Airflow's database and executor, and
+    // the plugin shows the executor healthy.
+    let c_dir = workdir();
+    let redis_c = overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+    let secret = c_dir.path().join("broker");
+    std::fs::write(&secret, redis_c.url(None, 0)).unwrap();
+    let sql_alchemy_conn = airflow
+        .env
+        .iter()
+        .find(|(var, _)| var == "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+        .map(|(_, url)| url.replace('%', "%%"))
+        .unwrap();
+    let home = c_dir.path().join("airflow-home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(
+        home.join("airflow.cfg"),
+        format!(
+            "[core]\nexecutor = CeleryExecutor\n\n[database]\nsql_alchemy_conn = {sql_alchemy_conn}\n\n\
+             [celery]\nbroker_url_cmd = cat {}\n",
+            secret.display()
+        ),
+    )
+    .unwrap();
+    let cfg_only = Serving::start(overseer(c_dir.path()).env("AIRFLOW_HOME", &home));
+    let from_cfg = |e: &Value| {
+        e["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| {
+                i["executor"] == "CeleryExecutor"
+                    && !i["hostname"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .starts_with("sched-")
+            })
+            .cloned()
+    };
+    let entry = wait_for_airflow(&airflow, "configured by airflow.cfg alone", |e| {
+        from_cfg(e).is_some_and(|i| i["health"] == "healthy")
+    });
+    let ours = from_cfg(&support::health(&cfg_only)["executor"]).unwrap();
+    assert_eq!(ours["health"], "healthy", "{ours}");
+    assert_eq!(from_cfg(&entry).unwrap()["hostname"], ours["hostname"]);
+    drop(cfg_only);
+
     let strays = airflow.stop();
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
-    drop((airflow, redis_a, redis_b, redis_ta, redis_tb, db));
+    drop((airflow, redis_a, redis_b, redis_ta, redis_tb, redis_c, db));
 }
 
 /// An `overseer.toml` in `dir`: quick polls, the test's threshold, `executors`
