@@ -200,9 +200,7 @@ impl AirflowConf {
     pub fn read(env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let env: BTreeMap<String, String> = env.into_iter().collect();
         let expand = |var: &str, value: &str| {
-            expand_env_var(value, &env).map_err(|problem| {
-                ConfigError::new("", format!("environment variable {var}"), problem)
-            })
+            expand_env_var(value, &env).map_err(|problem| in_variable(var, problem))
         };
         let home = expand(
             "AIRFLOW_HOME",
@@ -325,9 +323,8 @@ impl AirflowConf {
     ) -> Result<Option<Resolved>, ConfigError> {
         let var = env_var_name(section, key, team);
         if let Some(value) = self.env.get(&var) {
-            let value = expand_env_var(value, &self.env).map_err(|problem| {
-                ConfigError::new("", format!("environment variable {var}"), problem)
-            })?;
+            let value =
+                expand_env_var(value, &self.env).map_err(|problem| in_variable(&var, problem))?;
             return Ok(Some(Resolved {
                 value,
                 source: Source::Variable(var),
@@ -336,9 +333,8 @@ impl AirflowConf {
         let command_var = format!("{var}_CMD");
         if let Some(command) = self.env.get(&command_var) {
             if option.sensitive {
-                let value = run_command(command, &self.env).map_err(|problem| {
-                    ConfigError::new("", format!("environment variable {command_var}"), problem)
-                })?;
+                let value = run_command(command, &self.env)
+                    .map_err(|problem| in_variable(&command_var, problem))?;
                 return Ok(Some(Resolved {
                     value,
                     source: Source::Command(command_var),
@@ -349,11 +345,7 @@ impl AirflowConf {
         let secret_var = format!("{var}_SECRET");
         if self.env.contains_key(&secret_var) {
             if option.sensitive {
-                return Err(ConfigError::new(
-                    "",
-                    format!("environment variable {secret_var}"),
-                    NO_SECRETS_BACKEND,
-                ));
+                return Err(in_variable(&secret_var, NO_SECRETS_BACKEND));
             }
             self.warn_ignored(&secret_var, option);
         }
@@ -390,6 +382,11 @@ impl AirflowConf {
             );
         }
     }
+}
+
+/// A problem with the value of an environment variable.
+fn in_variable(var: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::new("", format!("environment variable {var}"), problem)
 }
 
 /// Why a `_SECRET` option is refused.

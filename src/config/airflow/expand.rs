@@ -229,6 +229,10 @@ fn run_command_within(
         let _ = child.wait();
     };
     let deadline = Instant::now() + timeout;
+    let too_long = format!(
+        "{program:?} did not finish within {}",
+        humantime::format_duration(timeout)
+    );
     let printed = loop {
         match output.recv_timeout(Duration::from_millis(10)) {
             Ok(Ok(printed)) => break printed,
@@ -238,10 +242,7 @@ fn run_command_within(
             }
             Err(_) if Instant::now() >= deadline => {
                 kill(&mut child);
-                return Err(format!(
-                    "{program:?} did not finish within {}",
-                    humantime::format_duration(timeout)
-                ));
+                return Err(too_long);
             }
             Err(_) => {}
         }
@@ -258,10 +259,7 @@ fn run_command_within(
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() >= deadline => {
                 kill(&mut child);
-                return Err(format!(
-                    "{program:?} did not finish within {}",
-                    humantime::format_duration(timeout)
-                ));
+                return Err(too_long);
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(format!("cannot wait for {program:?}: {e}")),
