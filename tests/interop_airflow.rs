@@ -258,17 +258,25 @@ async fn migrate(run: &mut Run, db: &TestDb, timings: &mut Timings) {
 }
 
 /// `EXPLAIN` of the one statement Overseer reads `task_instance` with, on Airflow's real
-/// schema. Just migrated, the table is empty: the plan is printed for the record, and
-/// only that the statement runs is asserted (an empty table's plan says little about a
-/// busy one's).
+/// schema, in both forms: alone, and joined to each DAG's bundle's team (for
+/// executors with teams). Just migrated, the table is empty: the plans are printed for
+/// the record, and only that the statements run is asserted (an empty table's plan
+/// says little about a busy one's).
 async fn explain_the_queued_query(db: &TestDb) {
-    let sql = overseer_core::queued::query(DbBackend::Postgres, &[MAX_QUEUED_AGE], Utc::now());
-    let plan = db.strings(&format!("EXPLAIN {sql}")).await;
-    assert!(!plan.is_empty(), "EXPLAIN gave no plan for {sql}");
-    eprintln!(
-        "interop: Overseer's queued-task query on Airflow's schema:\n  {sql}\ninterop: its plan (EXPLAIN, empty table):\n  {}",
-        plan.join("\n  ")
-    );
+    for by_team in [false, true] {
+        let sql = overseer_core::queued::query(
+            DbBackend::Postgres,
+            &[MAX_QUEUED_AGE],
+            Utc::now(),
+            by_team,
+        );
+        let plan = db.strings(&format!("EXPLAIN {sql}")).await;
+        assert!(!plan.is_empty(), "EXPLAIN gave no plan for {sql}");
+        eprintln!(
+            "interop: Overseer's queued-task query on Airflow's schema:\n  {sql}\ninterop: its plan (EXPLAIN, empty table):\n  {}",
+            plan.join("\n  ")
+        );
+    }
 }
 
 /// The broker, Airflow's four processes and `overseer serve`, until Airflow says its

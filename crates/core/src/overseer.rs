@@ -43,7 +43,7 @@ use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
 use crate::history::HistorySettings;
-use crate::queued::{self, AirflowNames, QueuedBoard};
+use crate::queued::{self, QueuedBoard, Routes};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
 use crate::stats::{ExecutorStats, StatsSnapshot};
@@ -387,9 +387,13 @@ async fn start_actors(
         .collect();
     limits.sort();
     limits.dedup();
+    let routes = Arc::new(Routes::new(
+        executors.iter().map(|e| e.executor_class.as_str()),
+    ));
     let queued_reader = actix_rt::spawn(queued::watch(
         reader_db,
         board.clone(),
+        routes,
         limits,
         settings.poll.poll_interval,
         crate::connect::full_read_timeout(settings.poll.poll_timeout),
@@ -402,16 +406,12 @@ async fn start_actors(
             alarm.attach(alarms.clone(), index);
         }
     }
-    let default_class = executors.first().map(|e| e.executor_class.clone());
     let polled: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)> = executors
         .into_iter()
         .zip(stats)
-        .map(|(executor, stats)| {
+        .enumerate()
+        .map(|(index, (executor, stats))| {
             let label = executor.label();
-            let names = AirflowNames::of(
-                &executor.executor_class,
-                default_class.as_deref() == Some(executor.executor_class.as_str()),
-            );
             let actor = ExecutorActor::new(
                 executor,
                 stats.clone(),
@@ -420,7 +420,7 @@ async fn start_actors(
             )
             .with_queued(QueuedSource {
                 board: board.clone(),
-                names,
+                index,
             });
             (actor.start_supervised(), stats, label)
         })

@@ -14,9 +14,14 @@
 //! Postgres: `Index Scan using ti_state`, then a `HashAggregate`; see
 //! `crates/core/tests/queued_tasks.rs`).
 //!
-//! A null `executor` is the deployment's default executor: the first of
-//! `AIRFLOW__CORE__EXECUTOR`, so the first executor Overseer supervises.
+//! Each row goes to one executor, as Airflow's scheduler sends it
+//! ([`Routes`]): a null `executor` is the deployment's default executor (the
+//! first of `AIRFLOW__CORE__EXECUTOR`, so the first executor Overseer
+//! supervises), or the first executor of the team the task's DAG belongs to
+//! (Airflow 3.3's `multi_team`: the team of the DAG's bundle, from
+//! `dag_bundle_team`, which the query then joins).
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -62,13 +67,17 @@ pub struct Snapshot {
     pub rows: Vec<QueuedRow>,
 }
 
-/// Queued task instances of one `(executor, queue)`.
+/// Queued task instances of one `(executor, queue)` (and team).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedRow {
     /// `task_instance.executor`: null for the default executor.
     pub executor: Option<String>,
     /// `task_instance.queue`.
     pub queue: String,
+    /// The team of the tasks' DAGs (their bundle's), when executors have teams.
+    pub team: Option<String>,
+    /// The index of the executor that runs them ([`Routes::route`]), if any does.
+    pub owner: Option<usize>,
     /// How many.
     pub count: u64,
     /// The oldest `queued_dttm`, if any was recorded.
@@ -78,20 +87,18 @@ pub struct QueuedRow {
 }
 
 impl Snapshot {
-    /// The queued task instances of the executor that `names` recognises, with
-    /// how many are overdue against `max_age` (0 when it is off or unknown).
-    pub fn for_executor(&self, names: &AirflowNames, max_age: Duration) -> QueuedTasks {
+    /// The queued task instances of the executor at `index` of the [`Routes`]
+    /// the read was routed by, with how many are overdue against `max_age` (0
+    /// when it is off or unknown).
+    pub fn for_executor(&self, index: usize, max_age: Duration) -> QueuedTasks {
         let limit = self.limits.iter().position(|l| *l == max_age);
         let mut queues: Vec<QueuedOnQueue> = Vec::new();
-        for row in self
-            .rows
-            .iter()
-            .filter(|r| names.matches(r.executor.as_deref()))
-        {
+        for row in self.rows.iter().filter(|r| r.owner == Some(index)) {
             let oldest_seconds = row.oldest.map(|at| self.age(at));
             let overdue = limit.and_then(|i| row.overdue.get(i)).copied().unwrap_or(0);
             match queues.iter_mut().find(|q| q.queue == row.queue) {
-                // The same queue under two spellings of the executor's name.
+                // The same queue under two spellings of the executor's name,
+                // or of two of the teams it runs.
                 Some(q) => {
                     q.count += row.count;
                     q.overdue += overdue;
@@ -118,40 +125,87 @@ impl Snapshot {
     }
 }
 
-/// The values of `task_instance.executor` that mean one executor: as Airflow's
-/// `ExecutorLoader` resolves a task's `executor=` (its alias, its module path,
-/// or its class name), and null for the default executor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AirflowNames {
-    alias: Option<String>,
-    path: String,
-    default: bool,
+/// Which supervised executor runs a task instance, as Airflow 3.3.2's
+/// scheduler decides (`SchedulerJobRunner._try_to_load_executor`): a task's
+/// `executor=` names an executor by its alias, its module path or its class
+/// name, and goes to the first in the list with that name that is global or
+/// of the task's team; no `executor` goes to the task's team's first executor,
+/// else to the default (the first of all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    /// Each name an executor answers to, with the indices answering to it, in order.
+    by_name: HashMap<String, Vec<usize>>,
+    /// Each executor's team, by index.
+    teams: Vec<Option<String>>,
+    /// Whether an executor was configured by a short name (`CeleryExecutor`),
+    /// which Airflow resolves to a module path whose class a task may name.
+    short: Vec<bool>,
 }
 
-impl AirflowNames {
-    /// The names of the executor configured as `executor_class`
-    /// (`CeleryExecutor`, `my_alias:my.module.MyExecutor`); `default` when it
-    /// is the deployment's default executor (the first configured).
-    pub fn of(executor_class: &str, default: bool) -> Self {
-        let (alias, path) = match executor_class.split_once(':') {
-            Some((alias, path)) => (Some(alias.trim().to_owned()), path.trim().to_owned()),
-            None => (None, executor_class.trim().to_owned()),
-        };
-        Self {
-            alias,
-            path,
-            default,
+impl Routes {
+    /// The routes of the executors configured as `executor_classes`, in the
+    /// order they are supervised (`CeleryExecutor`, `alias:my.module.MyExecutor`,
+    /// `team_a=CeleryExecutor`).
+    pub fn new<'a>(executor_classes: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut routes = Self::default();
+        for (index, entry) in executor_classes.into_iter().enumerate() {
+            let (team, entry) = match entry.split_once('=') {
+                Some((team, rest)) => (Some(team.trim().to_owned()), rest),
+                None => (None, entry),
+            };
+            let (alias, path) = match entry.split_once(':') {
+                Some((alias, path)) => (Some(alias.trim()), path.trim()),
+                None => (None, entry.trim()),
+            };
+            let mut names = vec![path, class_name(path)];
+            names.extend(alias);
+            names.dedup();
+            for name in names {
+                let indices = routes.by_name.entry(name.to_owned()).or_default();
+                if indices.last() != Some(&index) {
+                    indices.push(index);
+                }
+            }
+            routes.teams.push(team);
+            routes.short.push(!path.contains('.'));
         }
+        routes
     }
 
-    /// True when a task instance's `executor` value means this executor.
-    pub fn matches(&self, value: Option<&str>) -> bool {
-        let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-            return self.default;
-        };
-        self.alias.as_deref() == Some(value)
-            || value == self.path
-            || class_name(value) == class_name(&self.path)
+    /// Whether any executor has a team: the read then learns each task's team.
+    pub fn by_team(&self) -> bool {
+        self.teams.iter().any(Option::is_some)
+    }
+
+    /// The index of the executor that runs a task instance whose `executor`
+    /// column holds `executor` and whose DAG belongs to `team`; none when no
+    /// supervised executor does (Airflow would not run it either).
+    pub fn route(&self, executor: Option<&str>, team: Option<&str>) -> Option<usize> {
+        let team = team
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && self.by_team());
+        let of_team = |index: &usize| team.is_some() && self.teams[*index].as_deref() == team;
+        match executor.map(str::trim).filter(|v| !v.is_empty()) {
+            None => team
+                .and_then(|_| (0..self.teams.len()).find(of_team))
+                .or((!self.teams.is_empty()).then_some(0)),
+            Some(value) => {
+                let allowed = |index: &usize| self.teams[*index].is_none() || of_team(index);
+                let named = self.by_name.get(value).into_iter().flatten().copied();
+                // `airflow.providers.celery...CeleryExecutor` names the
+                // executor configured as `CeleryExecutor`.
+                let by_class = self
+                    .by_name
+                    .get(class_name(value))
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|index| self.short[*index]);
+                let mut candidates: Vec<usize> = named.chain(by_class).collect();
+                candidates.sort_unstable();
+                candidates.into_iter().find(allowed)
+            }
+        }
     }
 }
 
@@ -171,6 +225,7 @@ pub const TABLE_PROBE_EVERY: Duration = Duration::from_secs(60);
 pub async fn watch(
     db: sea_orm::DatabaseConnection,
     board: Arc<QueuedBoard>,
+    routes: Arc<Routes>,
     limits: Vec<Duration>,
     interval: Duration,
     timeout: Duration,
@@ -187,8 +242,8 @@ pub async fn watch(
                 continue;
             }
             probed = Some(tokio::time::Instant::now());
-            let db = db.clone();
-            present = tokio::time::timeout(timeout, async move { has_table(&db).await })
+            let (db, by_team) = (db.clone(), routes.by_team());
+            present = tokio::time::timeout(timeout, async move { has_table(&db, by_team).await })
                 .await
                 .unwrap_or(false);
             if !present {
@@ -197,9 +252,9 @@ pub async fn watch(
             }
             tracing::info!("reading queued task instances from Airflow's task_instance table");
         }
-        let (db, limits) = (db.clone(), limits.clone());
+        let (db, limits, routes) = (db.clone(), limits.clone(), routes.clone());
         let read = actix_rt::spawn(async move {
-            tokio::time::timeout(timeout, read(&db, &limits, Utc::now())).await
+            tokio::time::timeout(timeout, read(&db, &limits, &routes, Utc::now())).await
         })
         .await;
         match read {
@@ -231,24 +286,34 @@ pub async fn watch(
 }
 
 /// Whether the database holds Airflow's `task_instance` table (with the
-/// columns the query reads). Overseer's own SQLite does not.
-pub async fn has_table(db: &impl ConnectionTrait) -> bool {
-    let probe = "SELECT executor, queue, queued_dttm FROM task_instance WHERE 1 = 0";
-    db.query_all_raw(Statement::from_string(db.get_database_backend(), probe))
-        .await
-        .is_ok()
+/// columns the query reads, and with `by_team` the tables that give a DAG's
+/// team). Overseer's own SQLite does not.
+pub async fn has_table(db: &impl ConnectionTrait, by_team: bool) -> bool {
+    let probe = query(db.get_database_backend(), &[], Utc::now(), by_team);
+    db.query_all_raw(Statement::from_string(
+        db.get_database_backend(),
+        format!("{probe} LIMIT 0"),
+    ))
+    .await
+    .is_ok()
 }
 
-/// Reads every `(executor, queue)` with queued task instances at `now`, with
-/// how many are older than each of `limits` (one statement).
+/// Reads every `(executor, queue)` (and team, when `routes` has teams) with
+/// queued task instances at `now`, with how many are older than each of
+/// `limits` (one statement), each row routed to the executor that runs it.
 pub async fn read(
     db: &impl ConnectionTrait,
     limits: &[Duration],
+    routes: &Routes,
     now: DateTime<Utc>,
 ) -> Result<Snapshot> {
     let backend = db.get_database_backend();
+    let by_team = routes.by_team();
     let rows = db
-        .query_all_raw(Statement::from_string(backend, query(backend, limits, now)))
+        .query_all_raw(Statement::from_string(
+            backend,
+            query(backend, limits, now, by_team),
+        ))
         .await?;
     let mut read = Vec::with_capacity(rows.len());
     for row in rows {
@@ -256,8 +321,16 @@ pub async fn read(
         let overdue = (0..limits.len())
             .map(|i| row.try_get::<i64>("", &format!("overdue_{i}")))
             .collect::<std::result::Result<Vec<i64>, _>>()?;
+        let executor: Option<String> = row.try_get("", "executor")?;
+        let team: Option<String> = if by_team {
+            row.try_get("", "team")?
+        } else {
+            None
+        };
         read.push(QueuedRow {
-            executor: row.try_get("", "executor")?,
+            owner: routes.route(executor.as_deref(), team.as_deref()),
+            executor,
+            team,
             queue: row
                 .try_get::<Option<String>>("", "queue")?
                 .unwrap_or_default(),
@@ -276,22 +349,35 @@ pub async fn read(
     })
 }
 
-/// The one statement: grouped counts, filtered on `state` (the `ti_state` index).
-pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>) -> String {
+/// The one statement: grouped counts, filtered on `state` (the `ti_state`
+/// index); `by_team` joins each task's DAG to its bundle's team (Airflow's
+/// `dag.bundle_name` and `dag_bundle_team`, one team per bundle).
+pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>, by_team: bool) -> String {
     let overdue: String = limits
         .iter()
         .enumerate()
         .map(|(i, limit)| {
             let cutoff = crate::duration::before(now, *limit);
             format!(
-                ", COUNT(CASE WHEN queued_dttm <= {} THEN 1 END) AS overdue_{i}",
+                ", COUNT(CASE WHEN ti.queued_dttm <= {} THEN 1 END) AS overdue_{i}",
                 cutoff_literal(backend, cutoff)
             )
         })
         .collect();
+    let (team, join, by) = if by_team {
+        (
+            ", bt.team_name AS team",
+            " LEFT JOIN dag d ON d.dag_id = ti.dag_id \
+             LEFT JOIN dag_bundle_team bt ON bt.dag_bundle_name = d.bundle_name",
+            ", bt.team_name",
+        )
+    } else {
+        ("", "", "")
+    };
     format!(
-        "SELECT executor, queue, COUNT(*) AS queued, MIN(queued_dttm) AS oldest{overdue} \
-         FROM task_instance WHERE state = 'queued' GROUP BY executor, queue"
+        "SELECT ti.executor AS executor, ti.queue AS queue{team}, COUNT(*) AS queued, \
+         MIN(ti.queued_dttm) AS oldest{overdue} \
+         FROM task_instance ti{join} WHERE ti.state = 'queued' GROUP BY ti.executor, ti.queue{by}"
     )
 }
 
@@ -311,37 +397,82 @@ mod tests {
 
     #[test]
     fn task_instance_executor_values_resolve_as_airflow_does() {
-        let celery = AirflowNames::of("CeleryExecutor", true);
+        let routes = Routes::new([
+            "CeleryExecutor",
+            "gpu_fleet:my_company.executors.GpuExecutor",
+        ]);
         for value in [
             None,
             Some(""),
             Some("CeleryExecutor"),
             Some("airflow.providers.celery.executors.celery_executor.CeleryExecutor"),
         ] {
-            assert!(celery.matches(value), "{value:?}");
+            assert_eq!(routes.route(value, None), Some(0), "{value:?}");
         }
-        assert!(!celery.matches(Some("KubernetesExecutor")));
-
-        let aliased = AirflowNames::of("gpu_fleet:my_company.executors.GpuExecutor", false);
         for value in [
             "gpu_fleet",
             "my_company.executors.GpuExecutor",
             "GpuExecutor",
         ] {
-            assert!(aliased.matches(Some(value)), "{value}");
+            assert_eq!(routes.route(Some(value), None), Some(1), "{value}");
         }
-        assert!(!aliased.matches(None), "not the default executor");
-        assert!(!aliased.matches(Some("CeleryExecutor")));
+        assert_eq!(routes.route(Some("KubernetesExecutor"), None), None);
+        // Without teams configured, a task's team plays no part.
+        assert_eq!(routes.route(None, Some("team_a")), Some(0));
+        // Two executors of one class: the first answers to the class name.
+        let twice = Routes::new(["CeleryExecutor", "spare:CeleryExecutor"]);
+        assert_eq!(twice.route(Some("CeleryExecutor"), None), Some(0));
+        assert_eq!(twice.route(Some("spare"), None), Some(1));
+    }
+
+    #[test]
+    fn a_team_s_tasks_go_to_its_executors_as_airflow_s_scheduler_sends_them() {
+        // `LocalExecutor;team_a=CeleryExecutor,gpu:KubernetesExecutor;team_b=CeleryExecutor`
+        let routes = Routes::new([
+            "LocalExecutor",
+            "team_a=CeleryExecutor",
+            "team_a=gpu:KubernetesExecutor",
+            "team_b=CeleryExecutor",
+        ]);
+        assert!(routes.by_team());
+        // No `executor=`: the team's first executor, else the global default.
+        assert_eq!(routes.route(None, None), Some(0));
+        assert_eq!(routes.route(None, Some("team_a")), Some(1));
+        assert_eq!(routes.route(None, Some("team_b")), Some(3));
+        assert_eq!(routes.route(None, Some("team_c")), Some(0));
+        // A named executor of the task's own team, never another team's.
+        assert_eq!(
+            routes.route(Some("CeleryExecutor"), Some("team_a")),
+            Some(1)
+        );
+        assert_eq!(
+            routes.route(Some("CeleryExecutor"), Some("team_b")),
+            Some(3)
+        );
+        assert_eq!(routes.route(Some("gpu"), Some("team_a")), Some(2));
+        assert_eq!(routes.route(Some("gpu"), Some("team_b")), None);
+        assert_eq!(routes.route(Some("CeleryExecutor"), None), None);
+        // A global executor runs any team's task that names it, first in the list.
+        assert_eq!(routes.route(Some("LocalExecutor"), Some("team_b")), Some(0));
+        let global_first = Routes::new(["CeleryExecutor", "team_a=CeleryExecutor"]);
+        assert_eq!(
+            global_first.route(Some("CeleryExecutor"), Some("team_a")),
+            Some(0)
+        );
+        assert_eq!(global_first.route(None, Some("team_a")), Some(1));
     }
 
     #[test]
     fn an_executor_s_share_sums_its_spellings_and_counts_its_own_limit() {
         let read_at = Utc::now();
         let ago = |s: i64| Some(read_at - chrono::Duration::seconds(s));
+        let routes = Routes::new(["CeleryExecutor", "KubernetesExecutor"]);
         let row =
             |executor: Option<&str>, queue: &str, count, oldest, overdue: [u64; 2]| QueuedRow {
                 executor: executor.map(str::to_owned),
                 queue: queue.into(),
+                team: None,
+                owner: routes.route(executor, None),
                 count,
                 oldest,
                 overdue: overdue.to_vec(),
@@ -356,8 +487,7 @@ mod tests {
                 row(Some("LocalExecutor"), "default", 7, ago(5000), [7, 7]),
             ],
         };
-        let celery = AirflowNames::of("CeleryExecutor", true);
-        let share = snapshot.for_executor(&celery, Duration::from_secs(300));
+        let share = snapshot.for_executor(0, Duration::from_secs(300));
         assert_eq!(share.count, 7);
         assert_eq!(share.oldest_seconds, Some(840));
         assert_eq!(
@@ -377,16 +507,13 @@ mod tests {
                 },
             ]
         );
-        let at_a_minute = snapshot.for_executor(&celery, Duration::from_secs(60));
+        let at_a_minute = snapshot.for_executor(0, Duration::from_secs(60));
         assert_eq!(at_a_minute.queues[0].overdue, 3);
         // A limit the read did not count against (the rule is off): nothing overdue.
-        let off = snapshot.for_executor(&celery, Duration::ZERO);
+        let off = snapshot.for_executor(0, Duration::ZERO);
         assert!(off.queues.iter().all(|q| q.overdue == 0));
         // Nothing queued for an executor: zero, not unknown.
-        let kube = snapshot.for_executor(
-            &AirflowNames::of("KubernetesExecutor", false),
-            Duration::from_secs(300),
-        );
+        let kube = snapshot.for_executor(1, Duration::from_secs(300));
         assert_eq!(kube, QueuedTasks::default());
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use overseer_core::detail::QueuedOnQueue;
-use overseer_core::queued::{self, QueuedRow};
+use overseer_core::queued::{self, QueuedRow, Routes};
 use overseer_core::{Executor, ExecutorHealth, HealthReport};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
@@ -50,8 +50,35 @@ fn task_instance_ddl(backend: DbBackend) -> &'static str {
     }
 }
 
+/// Airflow 3.3's `dag` (the columns the team's join reads) and
+/// `dag_bundle_team`, as its migrations create them, with `bundles` (a bundle
+/// and its team, or none) and one DAG per bundle, named after it.
+async fn teams_ddl(db: &TestDb, bundles: &[(&str, Option<&str>)]) {
+    db.execute_script(
+        "CREATE TABLE dag (dag_id VARCHAR(250) NOT NULL, bundle_name VARCHAR(250), \
+         CONSTRAINT dag_pkey PRIMARY KEY (dag_id));
+         CREATE TABLE dag_bundle_team (dag_bundle_name VARCHAR(250) NOT NULL, \
+         team_name VARCHAR(50) NOT NULL, \
+         CONSTRAINT dag_bundle_team_pkey PRIMARY KEY (dag_bundle_name, team_name))",
+    )
+    .await;
+    for (bundle, team) in bundles {
+        db.execute_script(&format!(
+            "INSERT INTO dag (dag_id, bundle_name) VALUES ('{bundle}', '{bundle}')"
+        ))
+        .await;
+        if let Some(team) = team {
+            db.execute_script(&format!(
+                "INSERT INTO dag_bundle_team (dag_bundle_name, team_name) VALUES ('{bundle}', '{team}')"
+            ))
+            .await;
+        }
+    }
+}
+
 /// A task instance row, `age` seconds queued (when given).
 struct Ti<'a> {
+    dag: &'a str,
     state: &'a str,
     queue: &'a str,
     executor: Option<&'a str>,
@@ -77,8 +104,8 @@ async fn insert(db: &TestDb, now: DateTime<Utc>, rows: &[Ti<'_>]) {
         });
         db.execute_script(&format!(
             "INSERT INTO task_instance (id, task_id, dag_id, run_id, state, queue, executor, queued_dttm) \
-             VALUES ({id}, 'task_{n}', 'dag', 'run_{n}', '{}', '{}', {executor}, {queued})",
-            ti.state, ti.queue
+             VALUES ({id}, 'task_{n}', '{}', 'run_{n}', '{}', '{}', {executor}, {queued})",
+            ti.dag, ti.state, ti.queue
         ))
         .await;
     }
@@ -105,11 +132,11 @@ async fn one_query_counts_queued_task_instances_per_executor_and_queue_on_every_
         let backend = db.backend;
         let ddl = task_instance_ddl(backend);
         assert!(
-            !queued::has_table(&db.conn).await,
+            !queued::has_table(&db.conn, false).await,
             "{backend:?}: no table yet"
         );
         db.execute_script(ddl).await;
-        assert!(queued::has_table(&db.conn).await, "{backend:?}");
+        assert!(queued::has_table(&db.conn, false).await, "{backend:?}");
 
         let now = Utc::now();
         insert(
@@ -117,48 +144,56 @@ async fn one_query_counts_queued_task_instances_per_executor_and_queue_on_every_
             now,
             &[
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "default",
                     executor: None,
                     age: Some(840),
                 },
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "default",
                     executor: None,
                     age: Some(100),
                 },
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "default",
                     executor: Some("CeleryExecutor"),
                     age: Some(30),
                 },
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "gpu",
                     executor: Some("CeleryExecutor"),
                     age: None,
                 },
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "default",
                     executor: Some("LocalExecutor"),
                     age: Some(400),
                 },
                 Ti {
+                    dag: "dag",
                     state: "running",
                     queue: "default",
                     executor: None,
                     age: Some(9000),
                 },
                 Ti {
+                    dag: "dag",
                     state: "success",
                     queue: "gpu",
                     executor: Some("CeleryExecutor"),
                     age: Some(9000),
                 },
                 Ti {
+                    dag: "dag",
                     state: "scheduled",
                     queue: "default",
                     executor: None,
@@ -169,7 +204,8 @@ async fn one_query_counts_queued_task_instances_per_executor_and_queue_on_every_
         .await;
 
         let limits = [Duration::from_secs(60), Duration::from_secs(300)];
-        let mut snapshot = queued::read(&db.conn, &limits, now).await.unwrap();
+        let routes = Routes::new(["CeleryExecutor"]);
+        let mut snapshot = queued::read(&db.conn, &limits, &routes, now).await.unwrap();
         snapshot
             .rows
             .sort_by(|a, b| (&a.executor, &a.queue).cmp(&(&b.executor, &b.queue)));
@@ -181,6 +217,8 @@ async fn one_query_counts_queued_task_instances_per_executor_and_queue_on_every_
         let row = |executor: Option<&str>, queue: &str, count, overdue: [u64; 2]| QueuedRow {
             executor: executor.map(str::to_owned),
             queue: queue.into(),
+            team: None,
+            owner: routes.route(executor, None),
             count,
             oldest: None,
             overdue: overdue.to_vec(),
@@ -212,8 +250,7 @@ async fn one_query_counts_queued_task_instances_per_executor_and_queue_on_every_
         );
 
         // The default executor's share: its null rows and its named ones.
-        let celery = queued::AirflowNames::of("CeleryExecutor", true);
-        let share = snapshot.for_executor(&celery, Duration::from_secs(300));
+        let share = snapshot.for_executor(0, Duration::from_secs(300));
         assert_eq!(share.count, 4, "{backend:?}");
         assert_eq!(share.oldest_seconds, Some(840), "{backend:?}");
         assert_eq!(
@@ -256,7 +293,12 @@ async fn on_postgres_the_query_reads_through_the_ti_state_index() {
          ANALYZE task_instance",
     )
     .await;
-    let sql = queued::query(DbBackend::Postgres, &[Duration::from_secs(300)], Utc::now());
+    let sql = queued::query(
+        DbBackend::Postgres,
+        &[Duration::from_secs(300)],
+        Utc::now(),
+        false,
+    );
     let plan: Vec<String> = db.strings(&format!("EXPLAIN {sql}")).await;
     let plan = plan.join("\n");
     println!("{sql}\n{plan}");
@@ -321,12 +363,14 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
             now,
             &[
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "default",
                     executor: None,
                     age: Some(125),
                 },
                 Ti {
+                    dag: "dag",
                     state: "queued",
                     queue: "kube",
                     executor: Some("KubernetesExecutor"),
@@ -403,6 +447,112 @@ async fn executors_without_a_check_are_judged_by_their_queued_task_instances() {
             verdict_of(r, "LocalExecutor") == Some(ExecutorHealth::Healthy)
         })
         .await;
+        overseer.shutdown().await.unwrap();
+    }
+}
+
+/// Airflow 3.3's teams: a task instance goes to the executor of its DAG's
+/// team (the team of the DAG's bundle), so a team's stuck work makes that
+/// team's executor unhealthy, not the global one of the same class, on every
+/// backend.
+#[tokio::test]
+async fn a_team_s_queued_task_instances_are_its_own_executor_s() {
+    for db in overseer_testkit::all_backends().await {
+        let backend = db.backend;
+        Migrator::up(&db.conn, None).await.unwrap();
+        db.execute_script(task_instance_ddl(backend)).await;
+        assert!(
+            !queued::has_table(&db.conn, true).await,
+            "{backend:?}: no team tables yet"
+        );
+        teams_ddl(
+            &db,
+            &[
+                ("global_dags", None),
+                ("a_dags", Some("team_a")),
+                ("b_dags", Some("team_b")),
+            ],
+        )
+        .await;
+        assert!(queued::has_table(&db.conn, true).await, "{backend:?}");
+        let now = Utc::now();
+        let ti = |dag, queue, executor, age| Ti {
+            dag,
+            state: "queued",
+            queue,
+            executor,
+            age: Some(age),
+        };
+        insert(
+            &db,
+            now,
+            &[
+                ti("global_dags", "default", None, 10),
+                ti("a_dags", "default", None, 125),
+                ti("a_dags", "gpu", Some("CeleryExecutor"), 20),
+                ti("b_dags", "default", Some("CeleryExecutor"), 5),
+                ti("b_dags", "default", Some("LocalExecutor"), 15),
+            ],
+        )
+        .await;
+        let routes = Routes::new([
+            "LocalExecutor",
+            "team_a=CeleryExecutor",
+            "team_b=CeleryExecutor",
+        ]);
+        let limits = [Duration::from_secs(60)];
+        let snapshot = queued::read(&db.conn, &limits, &routes, now).await.unwrap();
+        let share = |index| {
+            let share = snapshot.for_executor(index, limits[0]);
+            share
+                .queues
+                .iter()
+                .map(|q| (q.queue.clone(), q.count, q.overdue))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            share(0),
+            vec![("default".to_owned(), 2, 0)],
+            "{backend:?}: the global DAG's task, and team B's that names LocalExecutor"
+        );
+        assert_eq!(
+            share(1),
+            vec![("default".to_owned(), 1, 1), ("gpu".to_owned(), 1, 0)],
+            "{backend:?}"
+        );
+        assert_eq!(share(2), vec![("default".to_owned(), 1, 0)], "{backend:?}");
+
+        // End to end: team A's stuck task makes team A's executor unhealthy.
+        let overseer = quick(&db.url, "queued-host")
+            .executor(
+                Executor::unchecked("LocalExecutor").with_max_queued_age(Duration::from_secs(60)),
+            )
+            .executor(
+                Executor::unchecked("team_a=CeleryExecutor")
+                    .with_max_queued_age(Duration::from_secs(60)),
+            )
+            .executor(
+                Executor::unchecked("team_b=CeleryExecutor")
+                    .with_max_queued_age(Duration::from_secs(60)),
+            )
+            .start()
+            .await
+            .unwrap();
+        let report = report_until(&overseer, "team A's stuck task instance", |r| {
+            matches!(
+                verdict_of(r, "team_a=CeleryExecutor"),
+                Some(ExecutorHealth::Unhealthy { .. })
+            ) && verdict_of(r, "LocalExecutor") == Some(ExecutorHealth::Healthy)
+                && verdict_of(r, "team_b=CeleryExecutor") == Some(ExecutorHealth::Healthy)
+        })
+        .await;
+        assert_eq!(
+            verdict_of(&report, "team_a=CeleryExecutor"),
+            Some(ExecutorHealth::unhealthy(
+                "task instances queued longer than 1m on queue default"
+            )),
+            "{backend:?}"
+        );
         overseer.shutdown().await.unwrap();
     }
 }

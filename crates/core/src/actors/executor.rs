@@ -38,7 +38,7 @@ use crate::detail::{Detail, Observation};
 use crate::duration;
 use crate::flow::FlowWatch;
 use crate::job::ExecutorHealth;
-use crate::queued::{AirflowNames, QueuedBoard};
+use crate::queued::QueuedBoard;
 use crate::stats::ExecutorStats;
 
 /// Asks an executor for its health, for one poll. Answered with an
@@ -130,8 +130,8 @@ impl Drop for Reply {
 pub struct QueuedSource {
     /// The latest read of `task_instance`, shared by every executor.
     pub board: Arc<QueuedBoard>,
-    /// The `task_instance.executor` values that mean this executor.
-    pub names: AirflowNames,
+    /// This executor's index in the [`crate::queued::Routes`] the reads are routed by.
+    pub index: usize,
 }
 
 /// How often a panicking check may restart its actor before it backs off.
@@ -233,7 +233,7 @@ impl ExecutorActor {
     fn judge(&mut self, observation: Observation) -> Observation {
         let queued = self.queued.as_ref().and_then(|source| {
             let snapshot = source.board.latest()?;
-            Some(snapshot.for_executor(&source.names, self.executor.max_queued_age))
+            Some(snapshot.for_executor(source.index, self.executor.max_queued_age))
         });
         self.flow.judge(
             observation,
