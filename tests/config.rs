@@ -965,6 +965,59 @@ fn a_sensitive_option_comes_from_its_command() {
     assert!(!out.stdout.contains("s3cret") && !out.stderr.contains("s3cret"));
 }
 
+/// What Airflow would read but Overseer does not is said, once, and changes
+/// nothing: a `_CMD` for an option Airflow does not run commands for (its
+/// command is never run), and a `celery_config_options` dict of the
+/// deployment's own (Python Overseer does not import).
+#[test]
+fn what_overseer_does_not_read_is_warned_about_and_ignored() {
+    let dir = workdir();
+    let ran = dir.path().join("ran");
+    std::fs::write(
+        dir.path().join("airflow.cfg"),
+        "[celery]\nbroker_url = redis://127.0.0.1:6379/0\n\
+         celery_config_options = my_company.celery_config.CELERY_CONFIG\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_CONFIG", dir.path().join("airflow.cfg"))
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env(
+            "AIRFLOW__OPERATORS__DEFAULT_QUEUE_CMD",
+            format!("touch {}", ran.display()),
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    let executor = &config["executors"].as_array().unwrap()[0];
+    assert_eq!(
+        executor["broker_url"].as_str(),
+        Some("redis://127.0.0.1:6379/0")
+    );
+    assert_eq!(
+        executor["queues"].as_array().unwrap()[0].as_str(),
+        Some("default")
+    );
+    assert!(!ran.exists(), "the ignored command ran");
+    let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{}", out.stderr);
+    assert!(
+        warnings.iter().any(|l| l.contains(
+            "ignoring environment variable AIRFLOW__OPERATORS__DEFAULT_QUEUE_CMD: Airflow reads \
+             _CMD and _SECRET only for sensitive options, and [operators] default_queue is not one"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        warnings.iter().any(|l| l.contains(
+            "sets [celery] celery_config_options = my_company.celery_config.CELERY_CONFIG"
+        ) && l.contains("Overseer does not import Python")),
+        "{}",
+        out.stderr
+    );
+}
+
 /// What Overseer cannot use stops it with one line naming the variable or the
 /// file, exit 2, and never what a command printed.
 #[test]

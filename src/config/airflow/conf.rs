@@ -88,6 +88,14 @@ pub const MULTI_TEAM: AirflowOption = AirflowOption::new("core", "multi_team", "
 /// `[celery] broker_url` (the Celery provider's).
 pub const BROKER_URL: AirflowOption =
     AirflowOption::new("celery", "broker_url", "redis://redis:6379/0").sensitive();
+/// `[celery] celery_config_options`: a Python dict Airflow imports and lays
+/// over the Celery app's settings (its broker among them). Overseer does not
+/// import Python: it says so when the option is set to another dict.
+pub const CELERY_CONFIG_OPTIONS: AirflowOption =
+    AirflowOption::new("celery", "celery_config_options", DEFAULT_CELERY_CONFIG);
+/// The Celery provider's own dict, built from `[celery]`'s options.
+pub const DEFAULT_CELERY_CONFIG: &str =
+    "airflow.providers.celery.executors.default_celery.DEFAULT_CELERY_CONFIG";
 /// `[celery] ssl_active`.
 pub const SSL_ACTIVE: AirflowOption = AirflowOption::new("celery", "ssl_active", "False");
 /// `[celery] ssl_key`.
@@ -110,11 +118,12 @@ pub const DAG_PROCESSOR_THRESHOLD: AirflowOption =
     AirflowOption::new("dag_processor", "health_check_threshold", "30");
 
 /// Every option Overseer reads.
-pub const OPTIONS: [AirflowOption; 12] = [
+pub const OPTIONS: [AirflowOption; 13] = [
     SQL_ALCHEMY_CONN,
     EXECUTOR,
     MULTI_TEAM,
     BROKER_URL,
+    CELERY_CONFIG_OPTIONS,
     SSL_ACTIVE,
     SSL_KEY,
     SSL_CERT,
@@ -127,8 +136,9 @@ pub const OPTIONS: [AirflowOption; 12] = [
 
 /// The options an executor of a team reads for that team: Airflow's Celery
 /// executor builds its app from `ExecutorConf(team_name)`.
-pub const TEAM_OPTIONS: [AirflowOption; 6] = [
+pub const TEAM_OPTIONS: [AirflowOption; 7] = [
     BROKER_URL,
+    CELERY_CONFIG_OPTIONS,
     SSL_ACTIVE,
     SSL_KEY,
     SSL_CERT,

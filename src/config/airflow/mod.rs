@@ -22,8 +22,9 @@ mod ini;
 
 pub use conf::{AirflowConf, AirflowOption, Resolved, Source};
 use conf::{
-    BROKER_URL, DAG_PROCESSOR_THRESHOLD, DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, SCHEDULER_THRESHOLD,
-    SQL_ALCHEMY_CONN, SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
+    BROKER_URL, CELERY_CONFIG_OPTIONS, DAG_PROCESSOR_THRESHOLD, DEFAULT_CELERY_CONFIG,
+    DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, SCHEDULER_THRESHOLD, SQL_ALCHEMY_CONN, SSL_ACTIVE,
+    SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
 };
 
 /// Each `[celery] ssl_*` option and the `[[executors]]` key it sets.
@@ -189,6 +190,9 @@ struct CeleryEnv {
     default_queue: Option<String>,
     /// `[celery] ssl_*`, as `[[executors]]` keys and values, and where each came from.
     ssl: Vec<(&'static str, Value, String)>,
+    /// `[celery] celery_config_options`, when it names a dict of the
+    /// deployment's own, and where it came from.
+    config_options: Option<(String, String)>,
 }
 
 /// Where each `[[executors]]` key Airflow set came from.
@@ -203,6 +207,9 @@ impl CeleryEnv {
             broker: broker.as_ref().map(|(url, _)| url.clone()),
             default_queue: set(&DEFAULT_QUEUE, team)?.map(|(q, _)| q.trim().to_owned()),
             ssl: ssl_settings(&|option: &AirflowOption| set(option, team))?,
+            config_options: set(&CELERY_CONFIG_OPTIONS, team)?
+                .map(|(path, origin)| (path.trim().to_owned(), origin))
+                .filter(|(path, _)| path != DEFAULT_CELERY_CONFIG),
         };
         let mut origins = Vec::new();
         if let Some((_, origin)) = broker {
@@ -372,6 +379,14 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
     }
     for (key, value, _) in &celery.ssl {
         executor.insert((*key).to_owned(), value.clone());
+    }
+    if let Some((path, origin)) = &celery.config_options {
+        tracing::warn!(
+            "{origin} sets [celery] celery_config_options = {path}: Airflow lays that Python \
+             dict over {name}'s Celery settings, and Overseer does not import Python; if it sets \
+             the broker or its TLS, set broker_url (and ssl_*) for {name} in overseer.toml's \
+             [[executors]] too"
+        );
     }
     let default_queues = Value::from(super::default_queues());
     if let Some(queue) = default_queue
