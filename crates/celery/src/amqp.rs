@@ -41,7 +41,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched};
 use crate::detail::QueueDepth;
 use crate::events::{self, Event, WorkerEvents};
-use crate::ping::Pidbox;
+use crate::ping::{Pidbox, Unsent};
 use crate::tls;
 use crate::url::{AmqpBroker, TlsOptions};
 use overseer_core::check::Alarm;
@@ -444,14 +444,16 @@ impl BrokerProbe for AmqpCheck {
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<WorkerDetail>, Reason> {
+    ) -> Result<Vec<WorkerDetail>, Unsent> {
         let conn = self.state.lock().await.conn.clone();
         let Some(conn) = conn.filter(|c| c.status().connected()) else {
-            return Err(broker::not_connected(&self.identity));
+            return Err(Unsent::Failed(broker::not_connected(&self.identity)));
         };
         ping::ping(&conn, pidbox, window_end, cleanup)
             .await
-            .map_err(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
+            .map_err(|e| {
+                e.map(|e| scrub_with(&format!("broker {}: {e}", self.identity), &[&self.password]))
+            })
     }
 
     /// Holds a heartbeating connection of its own: the first error lapin reports

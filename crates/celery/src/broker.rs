@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::detail::QueueDepth;
 use crate::events::WorkerEvents;
-use crate::ping::Pidbox;
+use crate::ping::{Pidbox, Unsent};
 
 /// Why a probe or a ping failed: the reason, already in plain words, naming the broker.
 pub(crate) type Reason = String;
@@ -38,13 +38,13 @@ pub(crate) trait BrokerProbe: Send + Sync {
     /// Celery's remote-control ping (`active_queues`, see [`crate::ping`]) on this
     /// broker, on the connection the probe left open: answers until `window_end`, then
     /// at most `cleanup` to remove what it made. The workers that answered, each with
-    /// the queues it said it consumes.
+    /// the queues it said it consumes; else why none could be counted.
     async fn ping(
         &self,
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<WorkerDetail>, Reason>;
+    ) -> Result<Vec<WorkerDetail>, Unsent>;
 
     /// Holds a connection of its own to the broker for as long as it runs, and
     /// rings `alarm` the moment that connection closes or stops answering (and

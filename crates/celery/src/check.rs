@@ -31,11 +31,11 @@ use crate::budget::Budgets;
 use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 use crate::error::{BrokerUrlError, Result};
 use crate::events::WorkerEvents;
-use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox};
+use crate::ping::{DEFAULT_CONTROL_EXCHANGE, Pidbox, Unsent};
 use crate::redis::RedisCheck;
 use crate::tls::Verification;
 use crate::url::{Broker, BrokerUrl, RedisAddress, TlsOptions, Transport};
-use crate::verdict::{Workers, verdict};
+use crate::verdict::{HeldPing, Workers, verdict};
 
 /// The longest queue name AMQP can carry (a short string).
 const AMQP_NAME_MAX: usize = 255;
@@ -153,6 +153,8 @@ struct Inner {
     /// The latest probe, for the check's holder (the report gets its detail through
     /// `observe`); a std mutex, held only to copy in or out.
     latest: Mutex<Option<Probe>>,
+    /// The last ping that said something of the workers ([`HeldPing`]).
+    last_ping: Mutex<HeldPing>,
     /// The executor's alarm, when this check is an executor's: its brokers are
     /// then watched, each over a connection of its own.
     alarm: OnceLock<Alarm>,
@@ -235,6 +237,7 @@ impl CeleryCheck {
                 settings,
                 instance: broker.identity(),
                 latest: Mutex::new(None),
+                last_ping: Mutex::new(HeldPing::default()),
                 alarm: OnceLock::new(),
                 watchers: OnceLock::new(),
                 events: settings_events,
@@ -303,6 +306,13 @@ impl CeleryCheck {
         } else {
             None
         };
+        let judged_ping = workers.as_ref().map(|fresh| {
+            self.inner
+                .last_ping
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .judged(fresh, Instant::now())
+        });
         let events = self.inner.events.as_deref();
         let heard = events.and_then(WorkerEvents::workers);
         let not_up = events.and_then(WorkerEvents::unheard);
@@ -318,7 +328,7 @@ impl CeleryCheck {
         let (health, reason) = verdict(
             &brokers,
             Workers {
-                ping: workers.as_ref(),
+                ping: judged_ping.as_ref(),
                 heard: heard.as_deref(),
                 unheard: unheard.as_deref(),
                 passing,
@@ -496,10 +506,11 @@ impl CeleryCheck {
             });
         }
         let mut answered = BTreeMap::new();
-        let mut errors = Vec::new();
+        let (mut errors, mut failed, mut sent) = (Vec::new(), Vec::new(), false);
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((index, Ok(workers))) => {
+                    sent = true;
                     count_consumers(&mut brokers[index].queues, &workers);
                     // Listed once, even when heard on two brokers of a failover list.
                     for worker in workers {
@@ -509,7 +520,13 @@ impl CeleryCheck {
                         }
                     }
                 }
-                Ok((_, Err(reason))) => errors.push(reason),
+                Ok((_, Err(unsent))) => {
+                    errors.push(unsent.reason().to_owned());
+                    if let Unsent::Failed(reason) = unsent {
+                        failed.push(reason);
+                    }
+                }
+                // Overseer's own fault: it says nothing of the broker.
                 Err(e) => errors.push(format!("the ping task failed: {e}")),
             }
         }
@@ -526,6 +543,8 @@ impl CeleryCheck {
                 .collect(),
             window_ms: u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
             errors,
+            sent,
+            failed,
         }
     }
 }

@@ -163,6 +163,22 @@ pub struct WorkerPing {
     pub window_ms: u64,
     /// Why a broker could not be pinged, when one could not.
     pub errors: Vec<String>,
+    /// Whether the request went out on a broker: only then does a worker's
+    /// silence mean anything.
+    #[serde(skip)]
+    pub sent: bool,
+    /// The `errors` that were the brokers' own (refused, closed, stopped
+    /// answering), not a ping this host did not get out in time.
+    #[serde(skip)]
+    pub failed: Vec<String>,
+}
+
+impl WorkerPing {
+    /// Whether it says anything of the workers: it went out, or a broker
+    /// failed it. A ping that was only late was never heard by any worker.
+    pub fn conclusive(&self) -> bool {
+        self.sent || !self.failed.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,36 @@ impl Pidbox {
     }
 }
 
+/// Why a broker's ping gave no answer to count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unsent {
+    /// This host did not get the request set up and out before the window
+    /// ended, on a broker that had just answered its check. A loaded host does
+    /// that as often as a slow broker: it says nothing of the broker, nor of
+    /// the workers, who were never asked.
+    Late(String),
+    /// The broker refused, closed or stopped answering what the ping asked of
+    /// it: the broker's fault.
+    Failed(String),
+}
+
+impl Unsent {
+    /// What happened, for the detail and the reason.
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            Self::Late(reason) | Self::Failed(reason) => reason,
+        }
+    }
+
+    /// The same failure, its reason rewritten (prefixed with the broker, scrubbed).
+    pub(crate) fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::Late(reason) => Self::Late(f(reason)),
+            Self::Failed(reason) => Self::Failed(f(reason)),
+        }
+    }
+}
+
 /// One ping request: its ids and body.
 pub(crate) struct Request {
     /// The id of our reply queue (the routing key workers answer to).

@@ -38,7 +38,7 @@ use tokio::time::{Instant, timeout_at};
 use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched, timed_out};
 use crate::detail::QueueDepth;
 use crate::events::{self, Event, WorkerEvents};
-use crate::ping::Pidbox;
+use crate::ping::{Pidbox, Unsent};
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
 use overseer_core::check::Alarm;
@@ -512,14 +512,14 @@ impl BrokerProbe for RedisCheck {
         pidbox: &Pidbox,
         window_end: Instant,
         cleanup: Duration,
-    ) -> Result<Vec<WorkerDetail>, Reason> {
+    ) -> Result<Vec<WorkerDetail>, Unsent> {
         let conn = self.conn.lock().await.clone();
         let Some(mut conn) = conn else {
-            return Err(broker::not_connected(&self.identity));
+            return Err(Unsent::Failed(broker::not_connected(&self.identity)));
         };
         ping::ping(&mut conn, self.db, pidbox, window_end, cleanup)
             .await
-            .map_err(|e| self.scrub(format!("broker {}: {e}", self.identity)))
+            .map_err(|e| e.map(|e| self.scrub(format!("broker {}: {e}", self.identity))))
     }
 
     /// Blocks on a key nobody writes (`BLPOP`, [`WATCH_WAIT`] at a time) over a

@@ -1,21 +1,36 @@
-//! The verdict over a failover list, from what its brokers and workers answered:
-//! - no broker checked at all (TLS, a transport with no check yet): `unknown`, saying why;
-//! - no broker answered: `unhealthy`, with every broker's reason;
-//! - without the ping, fewer workers alive by their heartbeats than
-//!   `min_workers`: `unhealthy`, naming those gone or offline;
-//! - a worker gone by its heartbeats (two missed, no `worker-offline`): `unhealthy`,
-//!   naming it, with no setting: for [`GONE_HOLD`] after its last heartbeat, and
-//!   for as long as no worker is online (the last worker's death is never
-//!   forgiven by time alone). A worker that said `worker-offline` stopped
-//!   cleanly (a scale-down) and is no fault;
-//! - fewer workers answered the ping than `min_workers`: `unhealthy`;
-//! - a worker answered the ping but consumes no queue at all: `unhealthy`, naming it;
-//! - `min_workers` set, no ping, and the workers cannot be counted now (their
-//!   heartbeats are not heard: the subscription is refused, down, or not yet
-//!   warm): `unknown`, saying why ([`workers_not_counted`]);
-//! - else `healthy`, noting the failover brokers that did not answer, if any,
-//!   and, when the workers' heartbeats cannot be heard, that gone workers are
-//!   not watched and why.
+//! The verdict over a failover list, from what its brokers and workers
+//! answered. When the evidence disagrees, the stronger names the cause: the
+//! rules below are tried in order, and the first that holds gives the verdict.
+//!
+//! | # | evidence | verdict | reason names |
+//! |---|---|---|---|
+//! | 1 | no broker checked at all (TLS, a transport with no check yet) | `unknown` | why |
+//! | 2 | no broker answered its check (refused, closed, no reply to a command) | `unhealthy` | every broker and what it did |
+//! | 3 | no ping counted, heartbeats heard: fewer alive than `min_workers` | `unhealthy` | the workers gone or offline |
+//! | 4 | a worker gone by its own heartbeats (two missed, no `worker-offline`) | `unhealthy` | the worker and its last heartbeat |
+//! | 5 | a ping counted: fewer answered than `min_workers` | `unhealthy` | the count, and only the brokers that failed the ping |
+//! | 6 | a ping counted: a worker answers but consumes no queue | `unhealthy` | the worker |
+//! | 7 | `min_workers` set, no ping counted, heartbeats not heard | `unknown` | why the workers cannot be counted |
+//! | 8 | else | `healthy` | notes: failover brokers not answering, heartbeats not watched |
+//!
+//! Rule 4 comes before the ping's: a worker whose heartbeats stopped is the
+//! cause, whatever a ping says meanwhile. It holds for [`GONE_HOLD`] after
+//! the last heartbeat, and for as long as no worker is online (the last
+//! worker's death is never forgiven by time alone); a worker that said
+//! `worker-offline` stopped cleanly (a scale-down) and is no fault.
+//!
+//! A ping is *counted* when it went out on a broker, or a broker failed it
+//! (refused, closed, stopped answering: [`crate::ping::Unsent::Failed`]). One
+//! this host did not get set up and out within its window
+//! ([`crate::ping::Unsent::Late`]), on a broker that had just answered, asked
+//! no worker anything: on a loaded host that is the host's slowness as often
+//! as the broker's, so it blames neither. The last counted ping then stands
+//! for [`PING_HOLD`] ([`HeldPing`]): a continuing fault keeps its verdict and
+//! its reason, and a healthy worker is not failed for the host's load. Past
+//! that, the ping is not counted (rules 3 and 7).
+//!
+//! Heartbeats that cannot be heard now (the subscription refused, down, or not
+//! yet warm) count nothing: see [`workers_not_counted`].
 //!
 //! A reason names what failed and holds still while the fault does: it carries
 //! no age or count that ticks from poll to poll (the last heartbeat's time, not
@@ -29,6 +44,7 @@
 use std::time::Duration;
 
 use overseer_core::{ExecutorHealth, duration, reason};
+use tokio::time::Instant;
 
 use crate::detail::{BrokerReport, BrokerStatus, WorkerPing};
 use crate::events::{State, Worker};
@@ -39,6 +55,36 @@ use crate::events::{State, Worker};
 /// which the scheduler has noticed the tasks the dead worker held and failed
 /// or retried them. With no worker online it holds for as long as that lasts.
 pub const GONE_HOLD: Duration = Duration::from_secs(300);
+
+/// How long the last ping that went out stands for pings that did not (a
+/// loaded host that could not set one up within its window): long enough to
+/// ride out a busy spell, short enough that a ping that never goes out soon
+/// says so. A worker gone meanwhile is still found by its heartbeats.
+pub(crate) const PING_HOLD: Duration = Duration::from_secs(30);
+
+/// The last ping that said something of the workers, across polls.
+#[derive(Debug, Default)]
+pub(crate) struct HeldPing {
+    last: Option<(Instant, WorkerPing)>,
+}
+
+impl HeldPing {
+    /// The ping the verdict counts at `now`: this poll's when it says
+    /// something of the workers; else, for [`PING_HOLD`], the last one that
+    /// did, so that a ping a loaded host did not get out in time neither
+    /// blames the broker nor turns a continuing fault healthy; past that, this
+    /// poll's, which the verdict cannot count by.
+    pub(crate) fn judged(&mut self, fresh: &WorkerPing, now: Instant) -> WorkerPing {
+        if fresh.conclusive() {
+            self.last = Some((now, fresh.clone()));
+            return fresh.clone();
+        }
+        match &self.last {
+            Some((at, held)) if now.saturating_duration_since(*at) < PING_HOLD => held.clone(),
+            _ => fresh.clone(),
+        }
+    }
+}
 
 /// What is known of the workers at a poll, besides the brokers.
 #[derive(Debug, Clone, Copy, Default)]
@@ -112,7 +158,10 @@ fn judge(
     let unhealthy = |reason: String| (ExecutorHealth::unhealthy(reason.clone()), Some(reason));
     // Heartbeats count only while they are listened for.
     let listened = workers.heard.filter(|_| workers.unheard.is_none());
-    if workers.ping.is_none()
+    // A ping counts only where it went out, or where a broker failed it: one
+    // this host did not get out in time asked no worker anything.
+    let ping = workers.ping.filter(|p| p.conclusive());
+    if ping.is_none()
         && let Some(heard) = listened
         && let Some(reason) = too_few_alive(heard, min_workers)
     {
@@ -123,15 +172,17 @@ fn judge(
     {
         return unhealthy(reason);
     }
-    if let Some(ping) = workers.ping {
+    if let Some(ping) = ping {
         let count = ping.answered.len();
         if count < min_workers as usize {
             let mut reason = format!(
                 "{count} of at least {min_workers} workers answered ping within {}",
                 duration::short(window)
             );
-            if !ping.errors.is_empty() {
-                reason = format!("{reason} ({})", reason::list_with(&ping.errors, "; "));
+            // The brokers that failed the ping share the blame; a broker whose
+            // ping was only late does not.
+            if !ping.failed.is_empty() {
+                reason = format!("{reason} ({})", reason::list_with(&ping.failed, "; "));
             }
             return unhealthy(reason);
         }
@@ -152,12 +203,19 @@ fn judge(
             return unhealthy(format!("{names} {verb} no queue"));
         }
     }
-    if min_workers > 0
-        && workers.ping.is_none()
-        && let Some(why) = workers.unheard
-    {
-        let why = workers_not_counted(why);
-        return (ExecutorHealth::unknown(why.clone()), Some(why));
+    if min_workers > 0 && ping.is_none() {
+        let why = match (workers.ping, workers.unheard) {
+            // The ping did not go out and the heartbeats cannot count them.
+            (Some(late), _) if listened.is_none() => Some(format!(
+                "workers not counted: the ping did not go out in time ({})",
+                reason::list_with(&late.errors, "; ")
+            )),
+            (None, Some(why)) => Some(workers_not_counted(why)),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return (ExecutorHealth::unknown(why.clone()), Some(why));
+        }
     }
     let mut notes = Vec::new();
     if !failed.is_empty() {
@@ -254,6 +312,25 @@ mod tests {
         }
     }
 
+    /// A ping that went out, and the workers that answered it.
+    fn sent(answered: Vec<WorkerDetail>) -> WorkerPing {
+        WorkerPing {
+            answered,
+            window_ms: 1000,
+            sent: true,
+            ..WorkerPing::default()
+        }
+    }
+
+    /// A ping this host did not get set up in time.
+    fn late() -> WorkerPing {
+        WorkerPing {
+            window_ms: 1000,
+            errors: vec!["broker redis://ok:6379/0: the ping was not set up in time".into()],
+            ..WorkerPing::default()
+        }
+    }
+
     fn failed(broker: &str, reason: &str) -> BrokerReport {
         BrokerReport {
             broker: broker.into(),
@@ -300,11 +377,13 @@ mod tests {
         assert!(!note.contains('\n') && note.chars().count() <= reason::MAX_CHARS);
         assert!(note.ends_with("; and 6 more"), "{note}");
 
-        // Too few workers, every ping failing with a long error.
+        // Too few workers, every ping failed by its broker with a long error.
+        let errors: Vec<String> = (0..6)
+            .map(|i| format!("ping {i}:\r\n{}", "e".repeat(3000)))
+            .collect();
         let ping = WorkerPing {
-            errors: (0..6)
-                .map(|i| format!("ping {i}:\r\n{}", "e".repeat(3000)))
-                .collect(),
+            failed: errors.clone(),
+            errors,
             ..WorkerPing::default()
         };
         let (health, _) = verdict(&through[..1], pinged(&ping), window, 2);
@@ -328,6 +407,7 @@ mod tests {
         }];
         let ping = |answered: Vec<WorkerDetail>| WorkerPing {
             answered,
+            sent: true,
             ..WorkerPing::default()
         };
         for (case, answered, expected) in [
@@ -444,7 +524,7 @@ mod tests {
         }
         // With the ping, the ping counts: a worker alive by its heartbeat that
         // does not answer is not alive.
-        let ping = WorkerPing::default();
+        let ping = sent(vec![]);
         let alive = [worker_heard("celery@w1", State::Online, 100)];
         let both = Workers {
             ping: Some(&ping),
@@ -531,24 +611,24 @@ mod tests {
         assert_eq!(at(4100), at(60_000));
 
         // With the ping on as well, the heartbeats name the worker: a frozen
-        // worker is not blamed on a ping that could not be answered.
-        let ping = WorkerPing {
-            errors: vec![
-                "broker redis://ok:6379/0: the broker did not set the ping up in time".into(),
-            ],
-            ..WorkerPing::default()
-        };
+        // worker is not blamed on a ping that went out unanswered, nor on one
+        // that could not be sent in time (then the heartbeats count it).
         let frozen = [worker_heard("celery@w1", State::Gone, 4100)];
-        let both = Workers {
-            ping: Some(&ping),
-            heard: Some(&frozen),
-            unheard: None,
-            passing: false,
-        };
-        assert_eq!(
-            verdict(&broker, both, window, 1).0,
-            ExecutorHealth::unhealthy(gone_reason)
-        );
+        for (ping, expected) in [
+            (sent(vec![]), gone_reason.to_owned()),
+            (late(), format!("0 of at least 1 workers alive: {gone_reason}")),
+        ] {
+            let both = Workers {
+                ping: Some(&ping),
+                heard: Some(&frozen),
+                unheard: None,
+                passing: false,
+            };
+            assert_eq!(
+                verdict(&broker, both, window, 1).0,
+                ExecutorHealth::unhealthy(expected)
+            );
+        }
     }
 
     #[test]
@@ -592,10 +672,7 @@ mod tests {
             ExecutorHealth::Unhealthy { reason } if reason.starts_with("celery@w1 sent no heartbeat since")
         ));
         // With the ping, the ping counts the workers.
-        let ping = WorkerPing {
-            answered: vec![worker("celery@w1", Some(&["default"]))],
-            ..WorkerPing::default()
-        };
+        let ping = sent(vec![worker("celery@w1", Some(&["default"]))]);
         let pinging = Workers {
             ping: Some(&ping),
             ..deaf
@@ -626,6 +703,118 @@ mod tests {
         assert_eq!(
             verdict(&broker, warming, window, 1).0,
             ExecutorHealth::unknown(workers_not_counted(why))
+        );
+    }
+
+    /// The rule table on the sequences seen on a loaded host, poll by poll:
+    /// each case is what a service with `worker_ping` and `min_workers = 1`
+    /// read at each poll (2 s apart), and what it must say.
+    #[test]
+    fn the_stronger_evidence_names_the_cause_poll_after_poll() {
+        let window = Duration::from_secs(1);
+        let w1 = || vec![worker("celery@w1", Some(&["default"]))];
+        let online = || vec![worker_heard("celery@w1", State::Online, 500)];
+        let gone_hb = || vec![worker_heard("celery@w1", State::Gone, 4100)];
+        let refused = || WorkerPing {
+            window_ms: 1000,
+            errors: vec!["broker redis://ok:6379/0: could not send the ping: NOPERM".into()],
+            failed: vec!["broker redis://ok:6379/0: could not send the ping: NOPERM".into()],
+            ..WorkerPing::default()
+        };
+        let silent = "0 of at least 1 workers answered ping within 1s";
+        let gone = "celery@w1 sent no heartbeat since 2026-12-02 06:03:53 UTC (one every 2s)";
+        let none_alive = format!("0 of at least 1 workers alive: {gone}");
+        let unhealthy = |reason: &str| ExecutorHealth::unhealthy(reason);
+        type Poll = (u64, WorkerPing, Option<Vec<Worker>>, ExecutorHealth);
+        let cases: Vec<(&str, Vec<Poll>)> = vec![
+            (
+                "a worker frozen on a loaded host: the worker's, never the broker's, never healthy",
+                vec![
+                    (0, sent(w1()), Some(online()), ExecutorHealth::Healthy),
+                    (2, sent(vec![]), Some(online()), unhealthy(silent)),
+                    (4, late(), Some(online()), unhealthy(silent)),
+                    (6, late(), Some(gone_hb()), unhealthy(gone)),
+                    (8, sent(vec![]), Some(gone_hb()), unhealthy(gone)),
+                    (10, late(), Some(gone_hb()), unhealthy(gone)),
+                ],
+            ),
+            (
+                "a healthy worker on a loaded host: late pings fail nobody",
+                vec![
+                    (0, sent(w1()), Some(online()), ExecutorHealth::Healthy),
+                    (2, late(), Some(online()), ExecutorHealth::Healthy),
+                    (4, late(), None, ExecutorHealth::Healthy),
+                    (20, late(), None, ExecutorHealth::Healthy),
+                    (30, sent(w1()), None, ExecutorHealth::Healthy),
+                ],
+            ),
+            (
+                "pings late for longer than the hold: counted by heartbeats, else not at all",
+                vec![
+                    (0, sent(w1()), Some(online()), ExecutorHealth::Healthy),
+                    (32, late(), Some(online()), ExecutorHealth::Healthy),
+                    (
+                        34,
+                        late(),
+                        None,
+                        ExecutorHealth::unknown(
+                            "workers not counted: the ping did not go out in time (broker \
+                             redis://ok:6379/0: the ping was not set up in time)",
+                        ),
+                    ),
+                    (36, late(), Some(gone_hb()), unhealthy(&none_alive)),
+                ],
+            ),
+            (
+                "no counted ping yet, a start on a loaded host: the heartbeats count",
+                vec![
+                    (0, late(), Some(online()), ExecutorHealth::Healthy),
+                    (2, late(), Some(gone_hb()), unhealthy(&none_alive)),
+                ],
+            ),
+            (
+                "a broker that refuses the ping is named: it failed",
+                vec![
+                    (0, sent(w1()), Some(online()), ExecutorHealth::Healthy),
+                    (
+                        2,
+                        refused(),
+                        Some(online()),
+                        unhealthy(
+                            "0 of at least 1 workers answered ping within 1s (broker \
+                             redis://ok:6379/0: could not send the ping: NOPERM)",
+                        ),
+                    ),
+                ],
+            ),
+        ];
+        let broker = answered();
+        for (case, polls) in cases {
+            let start = Instant::now();
+            let mut held = HeldPing::default();
+            for (at, fresh, heard, expected) in polls {
+                let ping = held.judged(&fresh, start + Duration::from_secs(at));
+                let workers = Workers {
+                    ping: Some(&ping),
+                    heard: heard.as_deref(),
+                    unheard: heard
+                        .is_none()
+                        .then_some("the subscription to the workers' heartbeats is down"),
+                    passing: false,
+                };
+                let (health, _) = verdict(&broker, workers, window, 1);
+                assert_eq!(health, expected, "{case}, at {at}s");
+            }
+        }
+        // The broker itself failing is named before any worker.
+        let down = [failed(
+            "redis://ok:6379/0",
+            "broker redis://ok:6379/0 refused the connection",
+        )];
+        let (health, _) = verdict(&down, pinged(&late()), window, 1);
+        assert_eq!(
+            health,
+            unhealthy("broker redis://ok:6379/0 refused the connection")
         );
     }
 }

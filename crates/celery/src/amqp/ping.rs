@@ -19,7 +19,7 @@ use overseer_core::detail::WorkerDetail;
 use tokio::time::{Instant, timeout_at};
 use tokio_stream::StreamExt as _;
 
-use crate::ping::{Pidbox, Request, answers};
+use crate::ping::{Pidbox, Request, Unsent, answers};
 
 /// Pings the workers of a RabbitMQ broker on `conn` until `window_end`: the
 /// workers that answered, with the queues each consumes.
@@ -30,12 +30,12 @@ pub(super) async fn ping(
     pidbox: &Pidbox,
     window_end: Instant,
     cleanup: Duration,
-) -> Result<Vec<WorkerDetail>, String> {
+) -> Result<Vec<WorkerDetail>, Unsent> {
     let request = Request::new(pidbox, window_end);
     let channel = timeout_at(window_end, conn.create_channel())
         .await
-        .map_err(|_| "could not open a channel in time".to_owned())?
-        .map_err(|e| format!("could not open a channel: {e}"))?;
+        .map_err(|_| Unsent::Late("could not open a channel in time".to_owned()))?
+        .map_err(|e| Unsent::Failed(format!("could not open a channel: {e}")))?;
     let mut answered = Vec::new();
     let mut published = false;
     let exchange = timeout_at(window_end, async {
@@ -56,8 +56,8 @@ pub(super) async fn ping(
         // The window ended (or the consumer did): what was heard is the answer.
         Ok(Ok(())) => Ok(answered),
         Err(_) if published => Ok(answered),
-        Err(_) => Err("the broker did not set the ping up in time".to_owned()),
-        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Unsent::Late("the ping was not set up in time".to_owned())),
+        Ok(Err(e)) => Err(Unsent::Failed(e)),
     };
     clean_up(&channel, &request, cleanup).await;
     result

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
 
 use super::{REDIS_TIMEOUT_LAG, SEP, queue_keys};
-use crate::ping::{Pidbox, Request, answers};
+use crate::ping::{Pidbox, Request, Unsent, answers};
 
 /// The shortest `BRPOP` wait worth sending: `0` would mean "forever" to Redis.
 const MIN_BRPOP_WAIT: Duration = Duration::from_millis(10);
@@ -33,7 +33,7 @@ pub(super) async fn ping(
     pidbox: &Pidbox,
     window_end: Instant,
     cleanup: Duration,
-) -> Result<Vec<WorkerDetail>, String> {
+) -> Result<Vec<WorkerDetail>, Unsent> {
     let request = Request::new(pidbox, window_end);
     let reply = ReplyQueue::new(pidbox, &request);
     let mut guard = Cleanup {
@@ -42,7 +42,9 @@ pub(super) async fn ping(
     };
     let result = async {
         let listeners = publish(conn, db, pidbox, &request, &reply, window_end).await?;
-        collect(conn, &reply.keys, &request.ticket, listeners, window_end).await
+        collect(conn, &reply.keys, &request.ticket, listeners, window_end)
+            .await
+            .map_err(Unsent::Failed)
     }
     .await;
     guard.run(cleanup).await;
@@ -83,7 +85,7 @@ async fn publish(
     request: &Request,
     reply: &ReplyQueue,
     deadline: Instant,
-) -> Result<i64, String> {
+) -> Result<i64, Unsent> {
     let (_, listeners): (i64, i64) = timeout_at(
         deadline,
         redis::pipe()
@@ -96,8 +98,8 @@ async fn publish(
             .query_async(conn),
     )
     .await
-    .map_err(|_| "could not send the ping in time".to_owned())?
-    .map_err(|e| format!("could not send the ping: {e}"))?;
+    .map_err(|_| Unsent::Late("could not send the ping in time".to_owned()))?
+    .map_err(|e| Unsent::Failed(format!("could not send the ping: {e}")))?;
     Ok(listeners)
 }
 
