@@ -47,8 +47,15 @@ fn enc(text: &str) -> String {
 }
 
 /// Every form in which a password could leak: as written, percent-encoded.
-fn forms(password: &str) -> [String; 2] {
-    [password.to_owned(), enc(password)]
+fn forms(password: &str) -> [String; 3] {
+    [password.to_owned(), enc(password), bytes(password)]
+}
+
+/// A password as a byte list prints it (`[0, 104, 117, ...]`: lapin's trace of
+/// the SASL response it sends, `LongString(...)`), without the brackets.
+fn bytes(password: &str) -> String {
+    let bytes: Vec<String> = password.bytes().map(|b| b.to_string()).collect();
+    bytes.join(", ")
 }
 
 /// Fails if `text` (named `what`) holds any form of any of `passwords`.

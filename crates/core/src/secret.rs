@@ -108,6 +108,10 @@ impl Scrubber {
     /// Also masks `secret` wherever it appears.
     pub fn with_secret(mut self, secret: &str) -> Self {
         let decoded = percent_decode_str(secret).decode_utf8_lossy().into_owned();
+        // As bytes, the secret prints as a list (`[0, 104, 117, ...]`): how the
+        // AMQP client traces the SASL response it sends, `\0user\0password`.
+        let listed: Vec<String> = decoded.bytes().map(|b| b.to_string()).collect();
+        self.secrets.push(listed.join(", "));
         for form in [secret.to_owned(), decoded] {
             let json = serde_json::to_string(&form).unwrap_or_default();
             let json = json.trim_matches('"').to_owned();
@@ -267,6 +271,28 @@ fn key_len(pair: &str) -> usize {
     pair.find('=').map_or(pair.len(), |i| i + 1)
 }
 
+/// Query parameters that carry a credential in the cloud providers' signed
+/// and keyed URLs, lowercase, beside any name holding `password`, `secret`,
+/// `token`, `signature` or `credential`: Azure's SAS signature (`sig`) and
+/// Functions key (`code`), S3's legacy query authentication
+/// (`AWSAccessKeyId`, `Signature`) and SigV4 presigned URLs
+/// (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`), Google
+/// Cloud Storage's signed URLs (`X-Goog-Signature`, `X-Goog-Credential`,
+/// `GoogleAccessId`), and the common `api_key`, `apikey`, `access_token`,
+/// `client_secret`, `jwt`.
+pub const CREDENTIAL_QUERY_KEYS: [&str; 10] = [
+    "password",
+    "passwd",
+    "pwd",
+    "pass",
+    "auth",
+    "key",
+    "sig",
+    "code",
+    "jwt",
+    "googleaccessid",
+];
+
 /// Does a query parameter of this name carry a credential? Paths to key and
 /// certificate files (`ssl_keyfile`, `sslkey`) do not; their contents stay on disk.
 fn is_credential_key(key: &str) -> bool {
@@ -274,10 +300,11 @@ fn is_credential_key(key: &str) -> bool {
     if key.ends_with("file") || key.ends_with("path") || key == "sslkey" || key == "sslcert" {
         return false;
     }
-    matches!(
-        key.as_str(),
-        "password" | "passwd" | "pwd" | "pass" | "secret" | "token" | "auth" | "key"
-    ) || key.contains("password")
+    CREDENTIAL_QUERY_KEYS.contains(&key.as_str())
+        || key.contains("password")
+        || key.contains("signature")
+        || key.contains("credential")
+        || key.contains("accesskeyid")
         || key.contains("secret")
         || key.contains("token")
         || key.ends_with("_key")
@@ -352,6 +379,39 @@ mod tests {
         }
     }
 
+    /// Each credential parameter of the cloud providers' signed and keyed
+    /// URLs, one by one, in the case each provider writes it.
+    #[test]
+    fn the_cloud_providers_credential_parameters_are_masked_one_by_one() {
+        for key in [
+            "sig",
+            "code",
+            "AWSAccessKeyId",
+            "Signature",
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            "X-Amz-Security-Token",
+            "X-Goog-Signature",
+            "X-Goog-Credential",
+            "GoogleAccessId",
+            "api_key",
+            "apikey",
+            "access_token",
+            "client_secret",
+            "jwt",
+            "auth",
+            "key",
+        ] {
+            let url = format!("https://probe.example/health?{key}=Zq9Pw&sv=2022-11-02");
+            let shown = format!("https://probe.example/health?{key}=***&sv=2022-11-02");
+            assert_eq!(redact(&url), shown, "{key}");
+            assert_eq!(SecretUrl::new(&url).to_string(), shown, "{key}");
+        }
+        // What is not a credential stays readable.
+        let plain = "https://probe.example/health?sv=2022-11-02&X-Amz-Expires=60&region=eu";
+        assert_eq!(redact(plain), plain);
+    }
+
     #[test]
     fn urls_without_credentials_are_shown_as_they_are() {
         for text in [
@@ -392,6 +452,14 @@ mod tests {
         assert_eq!(
             scrub_with("AUTH s3 failed for s3", &["s3"]),
             "AUTH *** failed for ***"
+        );
+        // `\0u\0hunter2` as lapin traces the SASL response it sends.
+        assert_eq!(
+            scrub_with(
+                "response: LongString([0, 117, 0, 104, 117, 110, 116, 101, 114, 50])",
+                &["hunter2"]
+            ),
+            "response: LongString([0, 117, 0, ***])"
         );
     }
 }
