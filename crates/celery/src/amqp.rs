@@ -27,7 +27,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
@@ -405,6 +406,13 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// in batches, 1,000 workers' heartbeats cost a wake per batch. A heartbeat is
 /// judged this much later at most, against two of its intervals (4 s by default).
 const EVENTS_GATHER: Duration = Duration::from_millis(100);
+/// How many events RabbitMQ may have in flight to a subscription before it
+/// takes (acknowledges) them: what a flood can push into this process at most.
+/// The rest waits in the broker's queue, whose TTL and length drop the oldest.
+const EVENTS_PREFETCH: u16 = 1_000;
+/// The most events the subscription's queue holds: past it, the broker drops
+/// the oldest (a flood's backlog, not this process's memory).
+const EVENTS_MAX_QUEUED: i32 = 10_000;
 /// How long a message waits in the events queue before RabbitMQ drops it
 /// (Celery's own `event_queue_ttl`): a heartbeat read late says nothing.
 const EVENTS_TTL_MS: i32 = 5_000;
@@ -498,10 +506,14 @@ impl BrokerProbe for AmqpCheck {
                 Ok(Ok(mut consumer)) => {
                     events.listening(index);
                     let mut status = tokio::time::interval(STATUS_EVERY);
+                    let mut last: Option<lapin::message::Delivery> = None;
                     'listening: loop {
                         tokio::select! {
                             delivery = consumer.next() => match delivery {
-                                Some(Ok(delivery)) => heard(&events, &delivery),
+                                Some(Ok(delivery)) => {
+                                    heard(&events, &delivery);
+                                    last = Some(delivery);
+                                }
                                 _ => break,
                             },
                             _ = status.tick() => if !conn.status().connected() {
@@ -511,14 +523,29 @@ impl BrokerProbe for AmqpCheck {
                         // Let the next events gather in lapin's buffer, then
                         // take them all: a wake per batch, not per event.
                         tokio::time::sleep(EVENTS_GATHER).await;
-                        loop {
+                        // At most a prefetch's worth: the broker sends no more
+                        // until these are taken.
+                        for _ in 0..EVENTS_PREFETCH {
                             let waiting = Pin::new(&mut consumer)
                                 .poll_next(&mut Context::from_waker(Waker::noop()));
                             match waiting {
-                                Poll::Ready(Some(Ok(delivery))) => heard(&events, &delivery),
+                                Poll::Ready(Some(Ok(delivery))) => {
+                                    heard(&events, &delivery);
+                                    last = Some(delivery);
+                                }
                                 Poll::Ready(_) => break 'listening,
                                 Poll::Pending => break,
                             }
+                        }
+                        // Taken, all of them at once: the broker may send the next.
+                        if let Some(delivery) = last.take()
+                            && delivery
+                                .acker
+                                .ack(BasicAckOptions { multiple: true })
+                                .await
+                                .is_err()
+                        {
+                            break;
                         }
                     }
                     events.deaf(index);
@@ -604,6 +631,7 @@ async fn consume_events(conn: &Connection) -> lapin::Result<lapin::Consumer> {
     let mut arguments = FieldTable::default();
     arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(EVENTS_TTL_MS));
     arguments.insert("x-expires".into(), AMQPValue::LongInt(EVENTS_EXPIRES_MS));
+    arguments.insert("x-max-length".into(), AMQPValue::LongInt(EVENTS_MAX_QUEUED));
     channel
         .queue_declare(
             queue.as_str().into(),
@@ -625,11 +653,14 @@ async fn consume_events(conn: &Connection) -> lapin::Result<lapin::Consumer> {
         )
         .await?;
     channel
+        .basic_qos(EVENTS_PREFETCH, BasicQosOptions::default())
+        .await?;
+    channel
         .basic_consume(
             queue.as_str().into(),
             "overseer-events".into(),
             BasicConsumeOptions {
-                no_ack: true,
+                no_ack: false,
                 ..BasicConsumeOptions::default()
             },
             FieldTable::default(),

@@ -78,8 +78,12 @@ const MAX_WORKERS: usize = 10_000;
 /// How long a worker gone or offline is still shown before it is forgotten.
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
-/// The longest `freq` believed (a worker that claims more is held to it).
-const MAX_FREQ: Duration = Duration::from_secs(3600);
+/// The shortest and longest `freq` believed: a worker that claims less or
+/// more is held to them. Celery sends 2 s unless `--heartbeat-interval` says
+/// otherwise; a forged `1e300` would keep a name online for ages, a forged
+/// `1e-9` would mark it gone at once.
+const MIN_FREQ: Duration = Duration::from_secs(1);
+const MAX_FREQ: Duration = Duration::from_secs(120);
 
 /// One event of the `worker` group, as a worker sent it.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,6 +205,11 @@ struct Heard {
     loadavg: Option<[f64; 3]>,
     software: Option<String>,
     state: State,
+    /// It said `worker-offline` since its last heartbeat.
+    said_offline: bool,
+    /// When a heartbeat last came after it had said `worker-offline`: its
+    /// heartbeats contradict the goodbye, and win while they continue.
+    contradicted: Option<Instant>,
 }
 
 /// A worker's state as its events tell it.
@@ -326,20 +335,25 @@ impl WorkerEvents {
     fn heard_at(&self, event: Event, now: Instant, now_at: DateTime<Utc>) {
         let mut inner = self.lock();
         if !inner.workers.contains_key(&event.hostname) && inner.workers.len() >= MAX_WORKERS {
-            let oldest = inner
+            // The oldest-heard tenth go at once: one pass over the map per
+            // tenth of the cap's new names, not one per name (a flood of new
+            // names scanned the whole map for each, under this lock).
+            let mut by_age: Vec<(Instant, String)> = inner
                 .workers
                 .iter()
-                .min_by_key(|(_, heard)| heard.last)
-                .map(|(name, _)| name.clone());
-            if let Some(oldest) = oldest {
-                inner.workers.remove(&oldest);
+                .map(|(name, heard)| (heard.last, name.clone()))
+                .collect();
+            let evict = (MAX_WORKERS / 10).max(1);
+            by_age.select_nth_unstable_by_key(evict - 1, |(last, _)| *last);
+            for (_, name) in by_age.into_iter().take(evict) {
+                inner.workers.remove(&name);
             }
         }
         let freq = event
             .freq
             .filter(|f| f.is_finite() && *f > 0.0)
             .map_or(DEFAULT_FREQ, |f| {
-                Duration::from_secs_f64(f.min(MAX_FREQ.as_secs_f64()))
+                Duration::from_secs_f64(f.clamp(MIN_FREQ.as_secs_f64(), MAX_FREQ.as_secs_f64()))
             });
         let state = match event.kind {
             Kind::Offline => State::Offline,
@@ -357,10 +371,27 @@ impl WorkerEvents {
                     loadavg: event.loadavg,
                     software: event.software,
                     state,
+                    said_offline: state == State::Offline,
+                    contradicted: None,
                 },
             );
             return;
         };
+        if state == State::Offline {
+            // A goodbye from a worker whose heartbeats contradicted the last
+            // one, and still arrive: the heartbeats win.
+            if heard
+                .contradicted
+                .is_some_and(|at| now.saturating_duration_since(at) < heard.freq * 2)
+            {
+                heard.said_offline = true;
+                return;
+            }
+            heard.said_offline = true;
+        } else if heard.said_offline {
+            heard.said_offline = false;
+            heard.contradicted = Some(now);
+        }
         // What this event does not say, the last one did.
         heard.last = now;
         heard.last_at = now_at;
@@ -613,6 +644,68 @@ mod tests {
     }
 
     #[test]
+    fn forged_events_are_weighed_not_obeyed() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        // Listened for long enough already: every reading below says something.
+        events
+            .lock()
+            .listening
+            .insert(0, t0.checked_sub(WARM_UP * 2).unwrap());
+        let with_freq = |host: &str, freq: &str| {
+            Event::from_body(
+                format!(r#"{{"hostname": "{host}", "freq": {freq}, "type": "worker-heartbeat"}}"#)
+                    .as_bytes(),
+            )
+            .unwrap()
+        };
+        // A freq past what Celery sends is held to the documented range.
+        events.heard_at(with_freq("celery@huge", "1e300"), t0, Utc::now());
+        events.heard_at(with_freq("celery@tiny", "1e-9"), t0, Utc::now());
+        let state = |at: Instant, name: &str| {
+            events
+                .workers_at(at)
+                .unwrap()
+                .into_iter()
+                .find(|w| w.name == name)
+                .map(|w| (w.state, w.freq))
+        };
+        let soon = t0 + Duration::from_millis(500);
+        assert_eq!(state(soon, "celery@tiny"), Some((State::Online, MIN_FREQ)));
+        let later = t0 + MAX_FREQ * 2 + Duration::from_secs(1);
+        assert_eq!(state(later, "celery@huge"), Some((State::Gone, MAX_FREQ)));
+
+        // A live worker heartbeating every 2 s while forged goodbyes arrive
+        // every 100 ms: after its first heartbeat contradicts one, it stays online.
+        let w = "celery@live";
+        let mut offline_reads = 0;
+        for tick in 0..100u64 {
+            let at = t0 + Duration::from_millis(100 * tick);
+            if tick % 20 == 0 {
+                events.heard_at(event("heartbeat", w), at, Utc::now());
+            } else {
+                events.heard_at(event("offline", w), at, Utc::now());
+            }
+            if tick > 20 && state(at, w).map(|(s, _)| s) != Some(State::Online) {
+                offline_reads += 1;
+            }
+        }
+        assert_eq!(offline_reads, 0, "forged goodbyes won over live heartbeats");
+
+        // A clean stop (no heartbeat since) is still offline at once.
+        events.heard_at(event("heartbeat", "celery@stop"), t0, Utc::now());
+        events.heard_at(
+            event("offline", "celery@stop"),
+            t0 + Duration::from_millis(50),
+            Utc::now(),
+        );
+        assert_eq!(
+            state(t0 + Duration::from_millis(60), "celery@stop").map(|(s, _)| s),
+            Some(State::Offline)
+        );
+    }
+
+    #[test]
     fn a_flood_of_names_keeps_at_most_max_workers() {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
@@ -621,10 +714,18 @@ mod tests {
             events.heard_at(event("heartbeat", &format!("celery@w{i}")), at, Utc::now());
         }
         let inner = events.lock();
-        assert_eq!(inner.workers.len(), MAX_WORKERS);
+        assert!(inner.workers.len() <= MAX_WORKERS);
         assert!(
             !inner.workers.contains_key("celery@w0"),
             "the oldest went first"
+        );
+        let newest = format!("celery@w{}", MAX_WORKERS + 4);
+        assert!(inner.workers.contains_key(&newest), "the newest stays");
+        assert!(
+            inner
+                .workers
+                .contains_key(&format!("celery@w{}", MAX_WORKERS / 10 + 1)),
+            "only the oldest tenth went"
         );
     }
 }
