@@ -27,8 +27,7 @@ const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconte
 const BAD_REQUEST_BODY: &str =
     r#"{"detail":"Bad Request: the request line or headers could not be parsed"}"#;
 /// The JSON body of actix-http's `431`.
-const TOO_LARGE_BODY: &str =
-    r#"{"detail":"Request Header Fields Too Large: the request head exceeds 128 KiB"}"#;
+const TOO_LARGE_BODY: &str = r#"{"detail":"Request Header Fields Too Large: the request head has more than 96 header fields or exceeds 128 KiB"}"#;
 
 /// A connection whose early errors get JSON bodies (see the module's doc).
 pub struct JsonEarlyErrors<T = TcpStream> {

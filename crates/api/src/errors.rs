@@ -57,6 +57,25 @@ pub fn stream_at_capacity(max_stream_clients: usize) -> HttpResponse {
     response
 }
 
+/// A request with both `Content-Length` and `Transfer-Encoding`: which one
+/// frames its body is ambiguous, so a request smuggled in it could be answered
+/// on the same connection. Refused, and the connection closed (RFC 9112 6.3).
+pub fn both_lengths() -> HttpResponse {
+    let mut response = json(
+        StatusCode::BAD_REQUEST,
+        "a request may not carry both Content-Length and Transfer-Encoding",
+    );
+    response
+        .head_mut()
+        .set_connection_type(ConnectionType::Close);
+    response
+}
+
+/// Whether a request carries both framing headers ([`both_lengths`]).
+pub fn has_both_lengths(headers: &header::HeaderMap) -> bool {
+    headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING)
+}
+
 /// A query string that parses but names something that does not exist
 /// (`?component=webserver`).
 pub fn invalid_query(problem: &str) -> HttpResponse {

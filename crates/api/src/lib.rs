@@ -307,6 +307,18 @@ where
     use actix_service::{IntoServiceFactory, ServiceFactoryExt, map_config};
     let app = App::new()
         .app_data(web::Data::new(state))
+        .wrap_fn(|request, service| {
+            use actix_web::dev::Service as _;
+            use futures_util::future::{Either, ready};
+            if errors::has_both_lengths(request.headers()) {
+                let (request, _) = request.into_parts();
+                let refused = actix_web::dev::ServiceResponse::new(request, errors::both_lengths());
+                Either::Left(ready(Ok(refused.map_into_right_body())))
+            } else {
+                let answered = service.call(request);
+                Either::Right(async move { answered.await.map(|r| r.map_into_left_body()) })
+            }
+        })
         .wrap(request_span::RequestSpan)
         .configure(routes)
         .default_service(web::to(errors::not_found));

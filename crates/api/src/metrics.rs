@@ -560,8 +560,10 @@ fn labels(pairs: Vec<(&str, String)>) -> Vec<proto::LabelPair> {
         .map(|(name, value)| {
             let mut label = proto::LabelPair::default();
             label.set_name(name.to_owned());
-            // Belt and braces: a label value never carries a credential.
-            label.set_value(scrub(&value));
+            // Belt and braces: a label value never carries a credential, nor
+            // a control character (a forged worker name's ESC, BEL or NUL),
+            // which a terminal or a scraper would act on.
+            label.set_value(scrub(&value).chars().filter(|c| !c.is_control()).collect());
             label
         })
         .collect()

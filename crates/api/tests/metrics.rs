@@ -281,6 +281,26 @@ async fn a_worker_not_heard_now_has_no_up_sample() {
     assert_eq!(samples(&body, "overseer_worker_active_tasks").len(), 2);
 }
 
+/// A worker name with control characters (a forged heartbeat's ESC, BEL and
+/// NUL) reaches `/metrics` without them: a label value a terminal or a
+/// scraper could act on is no label value.
+#[actix_web::test]
+async fn label_values_carry_no_control_character() {
+    let row = executor_row(1, "CeleryExecutor", "sched-1", ExecutorHealth::Healthy);
+    let mut detail = support::full_detail();
+    detail.workers.as_mut().unwrap()[0].name = "celery@w\u{1b}[31m\u{7}\u{0}x".into();
+    let detail = Arc::new(detail);
+    let body = scrape(report_with_detail(vec![row], true, &|_| {
+        Some(detail.clone())
+    }))
+    .await;
+    assert!(
+        !body.chars().any(|c| c.is_control() && c != '\n'),
+        "{body:?}"
+    );
+    assert!(body.contains(r#"worker="celery@w[31mx""#), "{body}");
+}
+
 /// The executor's instance is `executor_instance` on every per-executor
 /// sample (the verdicts, the poll counters and histogram of this process's
 /// executors, the evidence): never `instance`, Prometheus's own label for the
