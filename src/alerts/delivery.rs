@@ -201,8 +201,7 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
             Err(why) => why,
         };
         stats.failures.fetch_add(1, Ordering::Relaxed);
-        let wait = backoff.next_delay();
-        if first.elapsed() + wait > target.retry_for {
+        let Some(wait) = next_wait(first.elapsed(), backoff.next_delay(), target.retry_for) else {
             stats.drop_one();
             tracing::warn!(
                 alert_target = target.label(),
@@ -213,7 +212,7 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
                 overseer_core::duration::age(target.retry_for)
             );
             return true;
-        }
+        };
         if attempts == 1 {
             tracing::warn!(
                 alert_target = target.label(),
@@ -236,6 +235,16 @@ fn deliver(target: &Target, alert: &Alert, stop: &Receiver<()>) -> bool {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return false,
         }
     }
+}
+
+/// How long to wait before the next attempt, `elapsed` after the first, when
+/// the backoff says `delay`: never past `retry_for`, so that the last attempt
+/// is made when it ends (not a whole backoff step before); `None` once it has.
+fn next_wait(elapsed: Duration, delay: Duration, retry_for: Duration) -> Option<Duration> {
+    let left = retry_for
+        .checked_sub(elapsed)
+        .filter(|left| !left.is_zero())?;
+    Some(delay.min(left))
 }
 
 /// The JSON body of the README's "Alerts" (`format = "json"`).
@@ -370,6 +379,26 @@ mod tests {
         assert_eq!(resolved["previous"], "unhealthy");
         assert_eq!(resolved["reason"], serde_json::Value::Null);
         assert_eq!(resolved["since"], "2026-01-02T03:07:08.123456+00:00");
+    }
+
+    /// Attempts come at 0, 1, 3, 7, 15 s and then at `retry_for` itself: an
+    /// alert is retried for as long as it says, then dropped.
+    #[test]
+    fn attempts_go_on_until_retry_for_has_passed() {
+        let retry_for = Duration::from_secs(30);
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        let (mut at, mut attempts) = (Duration::ZERO, vec![Duration::ZERO]);
+        while let Some(wait) = next_wait(at, backoff.next_delay(), retry_for) {
+            at += wait;
+            attempts.push(at);
+        }
+        let seconds: Vec<u64> = attempts.iter().map(Duration::as_secs).collect();
+        assert_eq!(seconds, [0, 1, 3, 7, 15, 30]);
+        // Tries once when it is zero.
+        assert_eq!(
+            next_wait(Duration::ZERO, FIRST_BACKOFF, Duration::ZERO),
+            None
+        );
     }
 
     #[test]
