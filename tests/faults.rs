@@ -135,6 +135,72 @@ async fn sigterm_ends_the_rows_with_success() {
     assert_eq!(db.strings(ended).await, ["success", "success"]);
 }
 
+/// SIGTERM while another process holds the SQLite file locked (`BEGIN
+/// EXCLUSIVE`, for 6 s): the last write is asked again until the lock goes,
+/// and the rows end `success`; they are not left `running` for the next start.
+#[tokio::test]
+async fn sigterm_against_a_locked_database_still_ends_the_rows() {
+    let dir = workdir();
+    let file = dir.path().join("locked.db");
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let mut serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &url)
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor"),
+    );
+    health_until(&serving, "the row", |j| {
+        j["executor"]["instances"]
+            .as_array()
+            .is_some_and(|i| i.len() == 1)
+    });
+    // Python's sqlite3 holds the lock, and says when it has it.
+    let mut holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            concat!(
+                "import sqlite3, sys, time\n",
+                "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n",
+                "c.execute('BEGIN EXCLUSIVE')\n",
+                "print('locked', flush=True)\n",
+                "time.sleep(6)\n",
+                "c.execute('COMMIT')\n",
+            ),
+        ])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 holds the lock");
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    assert_eq!(said.trim(), "locked");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &serving.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(serving.child.wait().unwrap().code(), Some(0));
+    holder.wait().unwrap();
+    let db = sea_orm::Database::connect(&url).await.unwrap();
+    let states: Vec<String> = sea_orm::ConnectionTrait::query_all_raw(
+        &db,
+        sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Sqlite,
+            "SELECT state FROM job WHERE job_type = 'ExecutorJob'",
+        ),
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.try_get::<String>("", "state").unwrap())
+    .collect();
+    assert_eq!(states, ["success"]);
+}
+
 #[tokio::test]
 async fn after_kill_9_the_restarted_service_reports_no_ghost() {
     let db = overseer_testkit::sqlite().await;

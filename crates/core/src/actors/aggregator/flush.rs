@@ -11,11 +11,17 @@ use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
-use crate::connect;
+use crate::backoff::Backoff;
 use crate::history::{self, HistoryWrite};
 use crate::storage::{self, VerdictRow};
+use crate::{connect, duration};
 
 use super::{Aggregator, in_task};
+
+/// How long the last write at shutdown is asked again while the database does
+/// not take it: within the 30 s that systemd's `TimeoutStopSec` allows by
+/// default (and the Debian unit sets), leaving the rest of the stop its time.
+pub const LAST_WRITE_FOR: Duration = Duration::from_secs(20);
 
 /// What a flush wrote to the history: the last transition's sequence number,
 /// how many transitions, and whether it pruned.
@@ -163,7 +169,9 @@ impl Aggregator {
     }
 
     /// The last write at shutdown: the verdicts and transitions not yet
-    /// written, then this session's rows ended with `success`.
+    /// written, then this session's rows ended with `success`. A database
+    /// that does not take it (locked, away) is asked again for
+    /// [`LAST_WRITE_FOR`]; past that the error says the rows stay `running`.
     pub(super) fn last_write(&mut self) -> impl Future<Output = crate::Result<()>> + use<> {
         let pending = self.pending();
         let (history, _) = self.history_write(Utc::now(), false);
@@ -172,24 +180,60 @@ impl Aggregator {
         let tasks = self.tasks.clone();
         async move {
             let verdicts: Vec<VerdictRow> = pending.into_iter().map(|(_, _, v)| v).collect();
-            let (flush_db, flush_session) = (db.clone(), session.clone());
-            in_task(&tasks, "write", timeout, async move {
-                history::flush_with_history(
-                    &flush_db,
-                    &flush_session,
-                    Utc::now(),
-                    &verdicts,
-                    &history,
-                )
-                .await
-            })
-            .await?;
-            let ended = in_task(&tasks, "write", timeout, async move {
-                storage::finish(&db, &session, Utc::now()).await
-            })
-            .await?;
-            tracing::info!(rows = ended, "executor rows ended with success");
-            Ok(())
+            let started = Instant::now();
+            let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(2));
+            let (mut flushed, mut warned) = (false, false);
+            loop {
+                let attempt = async {
+                    if !flushed {
+                        let (db, session) = (db.clone(), session.clone());
+                        let (verdicts, history) = (verdicts.clone(), history.clone());
+                        in_task(&tasks, "write", timeout, async move {
+                            history::flush_with_history(
+                                &db,
+                                &session,
+                                Utc::now(),
+                                &verdicts,
+                                &history,
+                            )
+                            .await
+                        })
+                        .await?;
+                        flushed = true;
+                    }
+                    let (db, session) = (db.clone(), session.clone());
+                    in_task(&tasks, "write", timeout, async move {
+                        storage::finish(&db, &session, Utc::now()).await
+                    })
+                    .await
+                };
+                let error = match attempt.await {
+                    Ok(ended) => {
+                        tracing::info!(rows = ended, "executor rows ended with success");
+                        return Ok(());
+                    }
+                    Err(error) => error,
+                };
+                let left = LAST_WRITE_FOR.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    tracing::error!(
+                        error = %crate::secret::scrub(&error.to_string()),
+                        "the last write did not succeed within {}: this session's rows stay \
+                         running until the next start ends them as failed",
+                        duration::short(LAST_WRITE_FOR)
+                    );
+                    return Err(error);
+                }
+                if !warned {
+                    warned = true;
+                    tracing::warn!(
+                        error = %crate::secret::scrub(&error.to_string()),
+                        "the last write failed; asking again for up to {}",
+                        duration::short(LAST_WRITE_FOR)
+                    );
+                }
+                tokio::time::sleep(backoff.next_delay().min(left)).await;
+            }
         }
     }
 }
