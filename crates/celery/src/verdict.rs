@@ -616,7 +616,10 @@ mod tests {
         let frozen = [worker_heard("celery@w1", State::Gone, 4100)];
         for (ping, expected) in [
             (sent(vec![]), gone_reason.to_owned()),
-            (late(), format!("0 of at least 1 workers alive: {gone_reason}")),
+            (
+                late(),
+                format!("0 of at least 1 workers alive: {gone_reason}"),
+            ),
         ] {
             let both = Workers {
                 ping: Some(&ping),
