@@ -24,7 +24,7 @@ airflow-plugin:
 screenshot:
     OVERSEER_UPDATE_SCREENSHOT=1 cargo nextest run --workspace -E 'binary(airflow_home_card)'
 
-# Run the whole suite N times in a row with every core saturated (scripts/saturate.sh); prints each run's time and failures.
+# Run the whole suite N times with every core busy (scripts/saturate.sh): times and failures.
 loaded-runs N="3":
     #!/usr/bin/env bash
     set -uo pipefail
