@@ -256,8 +256,10 @@ fn an_outage_past_min_duration_fires_once_and_resolves_once() {
     let serving = serve(dir.path(), &config(&broker, &alerts));
     let instance = broker.url(None, 0);
 
-    broker.kill();
+    // Taken before the kill: Overseer may see the death before this thread,
+    // on a loaded host, gets back from reaping the broker.
     let killed = chrono::Utc::now();
+    broker.kill();
     let firing = receiver.wait_for("/json", 1, "the firing alert")[0].clone();
     let slack = receiver.wait_for("/slack", 1, "the Slack firing alert")[0].clone();
     // Held past min_duration while it was still down.
