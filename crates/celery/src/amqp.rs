@@ -151,7 +151,7 @@ impl AmqpCheck {
                     return Ok(conn);
                 }
                 _ if std::mem::take(&mut inherited) => {}
-                Ok(Err(e)) => return Err(self.describe(&e, budget)),
+                Ok(Err(e)) => return Err(self.describe_attempt(&e, deadline, budget).await),
                 Err(e) => {
                     return Err(format!(
                         "broker {}: the connection attempt failed: {e}",
@@ -319,6 +319,30 @@ impl AmqpCheck {
         broker::timed_out(&format!("broker {}", self.identity), budget)
     }
 
+    /// A connection attempt's error, as [`Self::describe`] says it, but for a
+    /// plain connection closed before the broker answered: a port that now
+    /// refuses is a broker that died under the attempt, not a TLS listener.
+    async fn describe_attempt(
+        &self,
+        e: &lapin::Error,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Reason {
+        let closed = matches!(e.kind(), ErrorKind::IOError(io) if matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+        ));
+        if closed
+            && self.tls.is_none()
+            && broker::refuses(&self.host, self.uri.authority.port, deadline).await
+        {
+            return broker::refused(&format!("broker {}", self.identity));
+        }
+        self.describe(e, budget)
+    }
+
     /// A driver error, in plain words naming the broker.
     fn describe(&self, e: &lapin::Error, budget: Duration) -> Reason {
         let id = &self.identity;
@@ -336,9 +360,7 @@ impl AmqpCheck {
         }
         let reason = match e.kind() {
             ErrorKind::IOError(io) => match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => {
-                    format!("broker {id} refused the connection")
-                }
+                std::io::ErrorKind::ConnectionRefused => broker::refused(&format!("broker {id}")),
                 std::io::ErrorKind::TimedOut => self.timed_out(budget),
                 std::io::ErrorKind::ConnectionReset
                 | std::io::ErrorKind::ConnectionAborted

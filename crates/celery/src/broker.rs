@@ -247,6 +247,25 @@ pub(crate) fn timed_out(who: &str, budget: Duration) -> Reason {
     format!("{who} did not answer within {}", duration::short(budget))
 }
 
+/// The reason for a connection `who` refused: no listener on its port.
+pub(crate) fn refused(who: &str) -> Reason {
+    format!("{who} refused the connection")
+}
+
+/// Whether `host:port` refuses a bare TCP connection now. Asked after a plain
+/// connection was closed before the broker said a word: a TLS listener does that
+/// to bytes that are not TLS, and so does a broker that dies under the attempt (a
+/// killed server's kernel resets the connections it had not answered, then
+/// refuses). A refusal tells the two apart: the broker is down, and the reason is
+/// the one every poll after this one gets, not a hint about TLS. Not refused (the
+/// port still takes connections, or `deadline` came first): the hint stands.
+pub(crate) async fn refuses(host: &str, port: u16, deadline: Instant) -> bool {
+    matches!(
+        tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect((host, port))).await,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
+}
+
 /// The reason for a ping on a broker whose probe left no connection open.
 pub(crate) fn not_connected(identity: &str) -> Reason {
     format!("broker {identity} is not connected")

@@ -299,7 +299,10 @@ impl RedisCheck {
             ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
             _ => None,
         };
-        let plain_tcp = matches!(info.addr(), ConnectionAddr::Tcp(..));
+        let plain_tcp = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+            _ => None,
+        };
         let client = self.client(who, info, budget)?;
         let left = deadline.saturating_duration_since(Instant::now());
         // The driver's own bounds, so that a connection never outlives our deadline
@@ -321,22 +324,31 @@ impl RedisCheck {
                     .await?
             }
         };
-        result.map_err(|_| timed_out(who, budget))?.map_err(|e| {
-            if plain_tcp && e.is_connection_dropped() && !e.is_connection_refusal() {
-                // A TLS server ends a connection whose first bytes are not TLS.
-                format!(
-                    "{who} closed the connection before answering (is this port TLS? \
-                     then the URL should be rediss://, not redis://)"
-                )
-            } else if let Some(reason) = tls_addr
+        let e = match result.map_err(|_| timed_out(who, budget))? {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        Err(match plain_tcp {
+            Some((host, port)) if e.is_connection_dropped() && !e.is_connection_refusal() => {
+                if broker::refuses(&host, port, deadline).await {
+                    // It died under the attempt.
+                    broker::refused(who)
+                } else {
+                    // A TLS server ends a connection whose first bytes are not TLS.
+                    format!(
+                        "{who} closed the connection before answering (is this port TLS? \
+                         then the URL should be rediss://, not redis://)"
+                    )
+                }
+            }
+            _ => match tls_addr
                 .as_ref()
                 .and_then(|(host, _)| tls::fault(who, host, &e))
             {
                 // Named with the host connected to (a sentinel's master, say).
-                reason
-            } else {
-                self.describe_for(who, e, budget)
-            }
+                Some(reason) => reason,
+                None => self.describe_for(who, e, budget),
+            },
         })
     }
 
@@ -445,7 +457,7 @@ impl RedisCheck {
         if let Some(reason) = tls::fault(id, &self.host, &e) {
             reason
         } else if e.is_connection_refusal() {
-            format!("{id} refused the connection")
+            broker::refused(id)
         } else if e.is_timeout() {
             timed_out(id, budget)
         } else if code == "WRONGPASS" || e.kind() == redis::ErrorKind::AuthenticationFailed {

@@ -5,7 +5,9 @@ mod support;
 
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use overseer_celery::{BrokerStatus, CeleryCheck, Probe, QueueDepth};
-use overseer_core::ExecutorHealth;
+use std::time::Duration;
+
+use overseer_core::{ExecutorHealth, HealthCheck as _};
 use support::{SilentListener, check};
 
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
@@ -121,6 +123,33 @@ async fn a_port_where_nothing_listens_refuses_the_connection() {
             "broker amqp://127.0.0.1:{port}// refused the connection"
         ))
     );
+}
+
+/// A listener that dies while a poll's connection waits for the AMQP greeting
+/// (a listening socket closed with connections it never took: the kernel resets
+/// them, as it does when a broker is killed): the port's refusal right after
+/// says the broker is down; the TLS hint is kept for a port that still listens.
+#[tokio::test]
+async fn a_listener_that_dies_under_a_poll_s_connection_is_refused_not_called_tls() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let port = listener.local_addr().expect("its address").port();
+    let check = support::check_within(
+        &format!("amqp://guest:guest@127.0.0.1:{port}//"),
+        &["default"],
+        Duration::from_secs(20),
+    );
+    let polling = tokio::spawn(async move {
+        let health = check.get_health().await;
+        (health, check)
+    });
+    support::until_connected(port, Duration::from_secs(15)).await;
+    drop(listener);
+    let (health, check) = polling.await.expect("the poll ends");
+    let refused = ExecutorHealth::unhealthy(format!(
+        "broker amqp://127.0.0.1:{port}// refused the connection"
+    ));
+    assert_eq!(health, refused, "{:?}", check.latest());
+    assert_eq!(check.get_health().await, refused, "the next poll");
 }
 
 #[tokio::test]

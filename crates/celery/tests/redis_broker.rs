@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use overseer_celery::{BrokerStatus, CeleryCheck, Probe};
-use overseer_core::ExecutorHealth;
+use overseer_core::{ExecutorHealth, HealthCheck as _};
 use support::{SilentListener, ThrowawayRedis, check};
 
 async fn poll(check: &CeleryCheck) -> (ExecutorHealth, Probe) {
@@ -80,6 +80,34 @@ async fn a_killed_broker_is_unhealthy_then_healthy_again_once_restarted() {
     server.resume().expect("the server starts again");
     let (health, probe) = poll(&check).await;
     assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+}
+
+/// A broker killed while a poll's connection waits for its first answer: its
+/// kernel resets the connection, which is also how a TLS port ends plain bytes.
+/// The port's refusal right after says which it was: the broker is down, and
+/// the first poll's reason is the refusal every later poll gives, not a hint
+/// about TLS (seen on a loaded host, where connects land inside kills).
+#[tokio::test]
+async fn a_broker_killed_under_a_poll_s_connection_is_refused_not_called_tls() {
+    let Some(mut server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let port = server.port;
+    let refused = ExecutorHealth::unhealthy(format!(
+        "broker redis://127.0.0.1:{port}/0 refused the connection"
+    ));
+    // Frozen, it answers nothing, but its kernel still completes connections.
+    server.signal("STOP");
+    let check = support::check_within(&server.url(None, 0), &["default"], Duration::from_secs(20));
+    let polling = tokio::spawn(async move {
+        let health = check.get_health().await;
+        (health, check)
+    });
+    support::until_connected(port, Duration::from_secs(15)).await;
+    server.kill();
+    let (health, check) = polling.await.expect("the poll ends");
+    assert_eq!(health, refused, "{:?}", check.latest());
+    assert_eq!(check.get_health().await, refused, "the next poll");
 }
 
 #[tokio::test]

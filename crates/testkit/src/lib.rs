@@ -13,12 +13,14 @@
 //! - [`throwaway`]: a PostgreSQL server of the test's own, to stop and start.
 //! - [`venv`]: Python venvs (Celery, Schemathesis), built once per machine.
 //! - [`load`]: every core kept busy, for faults judged on a loaded host.
+//! - [`procs`]: signals by process id, and the connections open to a port.
 //!
 //! The servers default to the machine's shared ones on loopback; `TESTKIT_POSTGRES_URL`
 //! and `TESTKIT_MARIADB_URL` point elsewhere (an admin connection that may create databases).
 
 pub mod celery;
 pub mod load;
+pub mod procs;
 pub mod rabbitmq;
 pub mod throwaway;
 pub mod venv;

@@ -358,12 +358,19 @@ impl ThrowawayRedis {
         }
     }
 
-    /// `redis://[:password@]127.0.0.1:{port}/{db}`.
     /// Its process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends `signal` (`STOP` to freeze it, `CONT` to thaw it) to it, while it runs.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            crate::procs::signal(pid, signal);
+        }
+    }
+
+    /// `redis://[:password@]127.0.0.1:{port}/{db}`.
     pub fn url(&self, password: Option<&str>, db: u32) -> String {
         match password {
             Some(p) => format!("redis://:{p}@127.0.0.1:{}/{db}", self.port),

@@ -202,12 +202,21 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A check of `url` reporting the depth of `queues`, polled within [`POLL_TIMEOUT`].
 pub fn check(url: &str, queues: &[&str]) -> overseer_celery::CeleryCheck {
+    check_within(url, queues, POLL_TIMEOUT)
+}
+
+/// [`check`], polled within `poll_timeout`.
+pub fn check_within(
+    url: &str,
+    queues: &[&str],
+    poll_timeout: Duration,
+) -> overseer_celery::CeleryCheck {
     let broker = overseer_celery::BrokerUrl::parse(url).expect("a valid URL");
     overseer_celery::CeleryCheck::new(
         &broker,
         overseer_celery::CheckSettings {
             queues: queues.iter().map(|q| q.to_string()).collect(),
-            poll_timeout: POLL_TIMEOUT,
+            poll_timeout,
             ..overseer_celery::CheckSettings::default()
         },
     )
@@ -225,4 +234,17 @@ pub async fn poll_within(
         .await
         .expect("the check answers within the poll's timeout, with its own reason");
     (health, check.latest().expect("a probe after a poll"))
+}
+
+/// Waits until a client's connection to loopback `port` is established (the
+/// kernel completed it, whether or not the server took it), for at most `within`.
+pub async fn until_connected(port: u16, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    while overseer_testkit::procs::established_to(port) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection to port {port} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
