@@ -197,16 +197,9 @@ fn serve_pinging(broker_url: &str, dir: &Path) -> Serving {
     )
 }
 
-/// Polls `probe` every 100 ms until it answers, within [`STEP`].
+/// Reads `probe` until it answers, within [`STEP`].
 fn wait<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(answer) = probe() {
-            return answer;
-        }
-        assert!(started.elapsed() < STEP, "{what}: not within {STEP:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    overseer_testkit::wait::until_within(what, STEP, || probe().ok_or("not yet"))
 }
 
 /// The Celery instance of a service's health now.

@@ -56,6 +56,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use overseer_testkit::wait;
 use sea_orm::DbBackend;
 use serde_json::Value;
 use support::airflow::{Airflow, CLI_DEADLINE, MIGRATE_DEADLINE};
@@ -509,15 +510,10 @@ fn agree(
 
 /// Waits until Airflow's entry satisfies `done`; returns it.
 fn wait_for_airflow(airflow: &Airflow, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + AGREE_DEADLINE;
-    loop {
+    wait::until(what, || {
         let (_, entry) = airflow_health(airflow);
-        if done(&entry) {
-            return entry;
-        }
-        assert!(Instant::now() < until, "{what}: last {entry}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        if done(&entry) { Ok(entry) } else { Err(entry) }
+    })
 }
 
 #[tokio::test]

@@ -39,6 +39,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use overseer_testkit::wait;
 use serde_json::{Value, json};
 use support::airflow::{Airflow, MIGRATE_DEADLINE};
 use support::browser::Driver;
@@ -319,17 +320,16 @@ fn health_of<'e>(entry: &'e Value, executor: &str) -> Option<&'e str> {
 
 /// Reads Airflow's entry at `url` until `done` holds.
 fn wait_for_entry(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + CARD_DEADLINE;
-    loop {
+    wait::until_within(what, wait::PATIENCE_PYTHON, || {
         let (status, body) = get(url);
         assert_eq!(status, 200, "GET {url}: {body}");
         let json: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
         if done(&json["executor"]) {
-            return json["executor"].clone();
+            Ok(json["executor"].clone())
+        } else {
+            Err(body)
         }
-        assert!(Instant::now() < until, "{what}: last {body}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    })
 }
 
 /// The `health` of `executor`'s row in what [`ROWS`] read.

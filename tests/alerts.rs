@@ -17,15 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
+use overseer_testkit::wait;
 use serde_json::Value;
 use support::{Serving, celery, get, health, health_until, overseer, run, workdir};
 
 /// Quick intervals: a poll every 500 ms, writes every 200 ms, reads every 100 ms.
 const QUICK: &str = "[supervisor]\nhostname = \"sched-1\"\npoll_interval = \"500ms\"\npoll_timeout = \"400ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n";
-
-/// How long a test waits for something that should happen (a debug build, a
-/// busy machine); never a bound on how fast it happens.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 /// One POST the receiver took: its path and its body.
 #[derive(Debug, Clone)]
@@ -102,15 +99,14 @@ impl Receiver {
 
     /// Waits until `path` has received `count` bodies, and returns them.
     fn wait_for(&self, path: &str, count: usize, what: &str) -> Vec<Value> {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
+        wait::until(what, || {
             let bodies = self.bodies(path);
             if bodies.len() >= count {
-                return bodies;
+                Ok(bodies)
+            } else {
+                Err(bodies)
             }
-            assert!(Instant::now() < deadline, "{what}: got {bodies:#?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 }
 
@@ -154,11 +150,7 @@ fn metric(serving: &Serving, series: &str) -> f64 {
 
 /// Waits until `done` holds.
 fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait::until_true(what, done);
 }
 
 fn is_healthy(json: &Value) -> bool {

@@ -6,13 +6,11 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use overseer_testkit::wait;
 use serde_json::Value;
 use support::{Serving, get, overseer, run, workdir};
-
-/// How long the service may take to show a transition.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn json(url: &str) -> (u16, Value) {
     let (status, body) = get(url);
@@ -23,15 +21,10 @@ fn json(url: &str) -> (u16, Value) {
 }
 
 fn until(what: &str, url: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    wait::until(what, || {
         let (_, body) = json(url);
-        if done(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{what}: not seen; last: {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if done(&body) { Ok(body) } else { Err(body) }
+    })
 }
 
 #[test]

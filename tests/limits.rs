@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use overseer_testkit::wait;
 use serde_json::Value;
-use support::{START_DEADLINE, Serving, get, overseer, workdir};
+use support::{Serving, get, overseer, workdir};
 
 const QUICK: &str = "[supervisor]\npoll_interval = \"200ms\"\npoll_timeout = \"150ms\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n\n[[executors]]\nname = \"LocalExecutor\"\n";
 
@@ -177,11 +178,10 @@ fn stream_clients(serving: &Serving) -> usize {
 
 /// Waits until `/metrics` counts `n` streams.
 fn wait_for_stream_clients(serving: &Serving, n: usize) {
-    let deadline = Instant::now() + START_DEADLINE;
-    while stream_clients(serving) != n {
-        assert!(Instant::now() < deadline, "{n} streams");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until(&format!("{n} streams"), || {
+        let now = stream_clients(serving);
+        if now == n { Ok(()) } else { Err(now) }
+    });
 }
 
 /// Descriptors the process holds now.

@@ -9,9 +9,10 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use overseer_testkit::throwaway::ThrowawayRedis;
+use overseer_testkit::wait;
 use serde_json::Value;
 use support::{Serving, celery, get, health_until, overseer, workdir};
 
@@ -47,14 +48,10 @@ fn metric(serving: &Serving, series: &str) -> f64 {
 /// Waits until `executor` has been polled `polls` times (from its start).
 fn wait_for_polls(serving: &Serving, executor: &str, polls: f64) {
     let series = format!("overseer_polls_total{{executor=\"{executor}\"");
-    let deadline = Instant::now() + support::START_DEADLINE;
-    while metric(serving, &series) < polls {
-        assert!(
-            Instant::now() < deadline,
-            "{executor} not polled {polls} times"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait::until(&format!("{executor} polled {polls} times"), || {
+        let now = metric(serving, &series);
+        if now >= polls { Ok(()) } else { Err(now) }
+    });
 }
 
 /// No line carries the password; no line at all is `ERROR`.

@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use overseer_testkit::throwaway::{ThrowawayRedis, free_port};
+use overseer_testkit::wait;
 use serde_json::Value;
 use support::{Serving, overseer, workdir};
 
@@ -209,8 +210,7 @@ impl Prometheus {
     /// `instance` (its `executor_instance`) is 1 (healthy), and returns that
     /// series' labels.
     fn wait_healthy(&self, instance: &str, what: &str) -> Value {
-        let deadline = Instant::now() + ALERT_DEADLINE;
-        loop {
+        wait::until_within(what, ALERT_DEADLINE, || {
             let data = self.api(
                 "/api/v1/query",
                 &[(
@@ -222,16 +222,11 @@ impl Prometheus {
                 r.iter()
                     .find(|s| s["metric"]["executor_instance"] == instance && s["value"][1] == "1")
             });
-            if let Some(series) = healthy {
-                return series["metric"].clone();
+            match healthy {
+                Some(series) => Ok(series["metric"].clone()),
+                None => Err(format!("{data}\nprometheus log: {}", self.log())),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: last {data}\nprometheus log: {}",
-                self.log()
-            );
-            std::thread::sleep(POLL_EVERY);
-        }
+        })
     }
 
     /// Its log, for a failure's message.

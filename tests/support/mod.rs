@@ -64,8 +64,9 @@ pub struct Serving {
     pub address: String,
 }
 
-/// How long `serve` may take to report that it runs (a debug build, a cold database).
-pub const START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long `serve` may take to report that it runs (a debug build, a cold
+/// database), and any state of Overseer's own to settle: the one deadline.
+pub use overseer_testkit::wait::PATIENCE as START_DEADLINE;
 
 impl Serving {
     /// Starts `serve --bind 127.0.0.1:0` (a free port of its own) and waits until
@@ -243,13 +244,8 @@ pub fn health_until(
     what: &str,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + START_DEADLINE;
-    loop {
+    overseer_testkit::wait::until(what, || {
         let json = health(serving);
-        if done(&json) {
-            return json;
-        }
-        assert!(std::time::Instant::now() < deadline, "{what}: last {json}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+        if done(&json) { Ok(json) } else { Err(json) }
+    })
 }

@@ -140,6 +140,8 @@ pub struct Routes {
     /// Whether an executor was configured by a short name (`CeleryExecutor`),
     /// which Airflow resolves to a module path whose class a task may name.
     short: Vec<bool>,
+    /// Whether any executor has a team.
+    by_team: bool,
 }
 
 impl Routes {
@@ -166,6 +168,7 @@ impl Routes {
                     indices.push(index);
                 }
             }
+            routes.by_team |= team.is_some();
             routes.teams.push(team);
             routes.short.push(!path.contains('.'));
         }
@@ -174,7 +177,7 @@ impl Routes {
 
     /// Whether any executor has a team: the read then learns each task's team.
     pub fn by_team(&self) -> bool {
-        self.teams.iter().any(Option::is_some)
+        self.by_team
     }
 
     /// The index of the executor that runs a task instance whose `executor`

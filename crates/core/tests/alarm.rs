@@ -11,9 +11,7 @@ use std::time::Duration;
 use overseer_core::check::Alarm;
 use overseer_core::{Executor, ExecutorHealth, HealthCheck, HealthReport, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
-
-/// The longest the test waits for what the actors do at once.
-const PATIENCE: Duration = Duration::from_secs(30);
+use overseer_testkit::wait::{self, PATIENCE};
 
 /// Answers the verdict the test sets; while `hold` is set, waits before answering.
 #[derive(Clone, Default)]
@@ -37,14 +35,7 @@ impl HealthCheck for Settable {
 }
 
 async fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait::until_true_async(what, PATIENCE, done).await;
 }
 
 fn verdict(report: &HealthReport) -> Option<ExecutorHealth> {

@@ -15,7 +15,7 @@ use overseer_core::report::Status;
 use overseer_core::storage::{self, Session};
 use overseer_core::{Executor, ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
-use overseer_testkit::TestDb;
+use overseer_testkit::{TestDb, wait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder,
@@ -41,16 +41,9 @@ async fn executor_rows(db: &DatabaseConnection) -> Vec<job::Model> {
         .unwrap()
 }
 
-/// Waits until `done` holds (a counter the actors keep), looking every 20 ms.
+/// Waits until `done` holds (a counter the actors keep).
 async fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not seen within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_true_async(what, PATIENCE, done).await;
 }
 
 /// Polls the table until `done` holds for the executor rows.
@@ -59,23 +52,18 @@ async fn rows_until(
     what: &str,
     done: impl Fn(&[job::Model]) -> bool,
 ) -> Vec<job::Model> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Ok(rows) = job::Entity::find()
+    wait::until_async(what, PATIENCE, || async {
+        match job::Entity::find()
             .filter(job::Column::JobType.eq(JobType::ExecutorJob.as_str()))
             .order_by_asc(job::Column::Id)
             .all(db)
             .await
-            && done(&rows)
         {
-            return rows;
+            Ok(rows) if done(&rows) => Ok(rows),
+            read => Err(read),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not seen within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 async fn a_run_leaves_running_rows_with_verdicts_then_success(db: TestDb) {

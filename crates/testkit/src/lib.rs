@@ -14,6 +14,7 @@
 //! - [`venv`]: Python venvs (Celery, Schemathesis), built once per machine.
 //! - [`load`]: every core kept busy, for faults judged on a loaded host.
 //! - [`procs`]: signals by process id, and the connections open to a port.
+//! - [`wait`]: the one way a test waits for a settled state, and its deadlines.
 //!
 //! The servers default to the machine's shared ones on loopback; `TESTKIT_POSTGRES_URL`
 //! and `TESTKIT_MARIADB_URL` point elsewhere (an admin connection that may create databases).
@@ -24,6 +25,7 @@ pub mod procs;
 pub mod rabbitmq;
 pub mod throwaway;
 pub mod venv;
+pub mod wait;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

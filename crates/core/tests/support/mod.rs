@@ -8,7 +8,7 @@ use std::time::Duration;
 use overseer_core::{HealthReport, Overseer, OverseerBuilder};
 
 /// The longest a test waits for something the actors do every 100-200 ms.
-pub const PATIENCE: Duration = Duration::from_secs(30);
+pub use overseer_testkit::wait::PATIENCE;
 
 /// An Overseer on `url` for host `host` that polls, writes and reads every
 /// 100-200 ms.
