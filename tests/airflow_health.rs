@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 use overseer_testkit::wait;
 use sea_orm::DbBackend;
 use serde_json::Value;
-use support::airflow::{Airflow, CLI_DEADLINE, MIGRATE_DEADLINE};
+use support::airflow::{Airflow, CLI_DEADLINE};
 use support::{Serving, get, overseer, run, workdir};
 
 /// The executor threshold of both sides, in seconds: short, so that a killed
@@ -100,7 +100,7 @@ async fn airflows_endpoint_agrees_with_overseers() {
         overseer_testkit::unavailable::<()>("redis-server", e);
         return;
     }
-    let Some(db) = overseer_testkit::postgres().await else {
+    let Some(db) = support::airflow::migrated_db(&venv).await else {
         return;
     };
     let mut airflow = Airflow::new(venv, &db.url);
@@ -118,7 +118,6 @@ async fn airflows_endpoint_agrees_with_overseers() {
     if !airflow.install_plugin() {
         return;
     }
-    airflow.finish(&["db", "migrate"], MIGRATE_DEADLINE);
     airflow.start_api_server();
 
     // 1. Before Overseer's migration: the columns are missing.

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::wait;
 use serde_json::{Value, json};
-use support::airflow::{Airflow, MIGRATE_DEADLINE};
+use support::airflow::Airflow;
 use support::browser::Driver;
 use support::{Serving, get, overseer, run, workdir};
 
@@ -90,7 +90,7 @@ async fn the_home_page_card_follows_the_broker() {
         overseer_testkit::unavailable::<()>("redis-server", e);
         return;
     }
-    let Some(db) = overseer_testkit::postgres().await else {
+    let Some(db) = support::airflow::migrated_db(&venv).await else {
         return;
     };
     let mut airflow = Airflow::new(venv, &db.url);
@@ -106,7 +106,6 @@ async fn the_home_page_card_follows_the_broker() {
     if !airflow.install_plugin() {
         return;
     }
-    airflow.finish(&["db", "migrate"], MIGRATE_DEADLINE);
 
     // 2. Overseer, its brokers, on Airflow's database.
     let mut broker =

@@ -29,7 +29,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::airflow::{Airflow, CLI_DEADLINE, DISTRIBUTION, MIGRATE_DEADLINE};
+use support::airflow::{Airflow, CLI_DEADLINE, DISTRIBUTION};
 use support::{Serving, overseer, workdir};
 
 #[tokio::test]
@@ -37,7 +37,7 @@ async fn the_plugin_puts_the_dashboard_in_airflows_navigation() {
     let Some(venv) = support::airflow::venv() else {
         return;
     };
-    let Some(db) = overseer_testkit::postgres().await else {
+    let Some(db) = support::airflow::migrated_db(&venv).await else {
         return;
     };
     let mut airflow = Airflow::new(venv, &db.url);
@@ -77,7 +77,6 @@ async fn the_plugin_puts_the_dashboard_in_airflows_navigation() {
     );
 
     // The api-server gives it to the UI.
-    airflow.finish(&["db", "migrate"], MIGRATE_DEADLINE);
     airflow.start_api_server();
     let answer = airflow.plugins_from_the_api_server();
     let plugin = overseer_plugin(&answer["plugins"]);

@@ -309,6 +309,36 @@ impl Drop for Airflow {
     }
 }
 
+/// A fresh Postgres database holding Airflow's schema as `airflow db migrate`
+/// leaves it (the Edge provider's tables included: Airflow finds its database
+/// manager among the installed providers), copied from a template database
+/// that the first test on this server makes for this venv and that is kept;
+/// `None` (skipped) when Postgres is unreachable.
+pub async fn migrated_db(venv: &Path) -> Option<overseer_testkit::TestDb> {
+    let template = format!(
+        "overseer_airflow_{}",
+        overseer_testkit::venv::fingerprint(venv)
+    );
+    overseer_testkit::postgres_from_template(&template, |url| {
+        let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let rest = url.split_once("://").expect("a Postgres URL").1;
+        let mut migrate = clean_command(venv.join("bin/airflow"), home.path(), venv);
+        migrate
+            .args(["db", "migrate"])
+            .env("AIRFLOW_HOME", home.path())
+            .env(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+                format!("postgresql+psycopg2://{rest}"),
+            )
+            .env("AIRFLOW__CORE__LOAD_EXAMPLES", "False");
+        match finish(migrate, MIGRATE_DEADLINE, None) {
+            (true, _) => Ok(()),
+            (false, log) => Err(format!("airflow db migrate failed:\n{}", tail(&log))),
+        }
+    })
+    .await
+}
+
 /// Runs `command` to its end (killed at `deadline`): whether it succeeded, and
 /// what it printed (its standard output goes to `stdout` instead, when given).
 pub fn finish(mut command: Command, deadline: Duration, stdout: Option<&Path>) -> (bool, String) {

@@ -278,14 +278,99 @@ pub async fn mariadb() -> Option<TestDb> {
     server_db(DbBackend::MySql, "MariaDB", admin_url).await
 }
 
+/// A fresh database on the shared Postgres copied from the template database
+/// `template` (`CREATE DATABASE ... TEMPLATE`), or `None` (skipped) when the
+/// server is unreachable. The first test on a server that lacks the template
+/// makes it: `make` gets the URL of an empty database to fill (an `airflow db
+/// migrate`, seconds of Python), which becomes the template once `make`
+/// succeeds. Tests on other processes wait for the maker (a Postgres advisory
+/// lock), so the template is made once per server and kept, as the venvs are
+/// kept: `template` must name what is in it (a version, a hash).
+pub async fn postgres_from_template(
+    template: &str,
+    make: impl FnOnce(&str) -> Result<(), String>,
+) -> Option<TestDb> {
+    let admin_url =
+        std::env::var("TESTKIT_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
+    let mut options = ConnectOptions::new(admin_url.clone());
+    // One connection: an advisory lock belongs to its session.
+    options
+        .connect_timeout(CONNECT_TIMEOUT)
+        .max_connections(1)
+        .sqlx_logging(false);
+    let admin = match Database::connect(options).await {
+        Ok(admin) => admin,
+        Err(e) => return unavailable("Postgres", format!("{admin_url}: {e}")),
+    };
+    let run = |sql: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .execute_unprepared(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("Postgres: {sql}: {e}"));
+        }
+    };
+    run("SELECT pg_advisory_lock(7303672358)".into()).await;
+    let exists = admin
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            format!("SELECT 1 FROM pg_database WHERE datname = '{template}'"),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("Postgres: looking for the template {template}: {e}"))
+        .is_some();
+    if !exists {
+        let making = format!("{template}_making");
+        run(format!(
+            r#"DROP DATABASE IF EXISTS "{making}" WITH (FORCE)"#
+        ))
+        .await;
+        run(format!(r#"CREATE DATABASE "{making}""#)).await;
+        let (base, _) = admin_url
+            .rsplit_once('/')
+            .expect("an admin URL ends with /database");
+        if let Err(e) = make(&format!("{base}/{making}")) {
+            run(format!(
+                r#"DROP DATABASE IF EXISTS "{making}" WITH (FORCE)"#
+            ))
+            .await;
+            panic!("making the template database {template}: {e}");
+        }
+        run(format!(
+            r#"ALTER DATABASE "{making}" RENAME TO "{template}""#
+        ))
+        .await;
+    }
+    run("SELECT pg_advisory_unlock(7303672358)".into()).await;
+    let _ = admin.close().await;
+    server_db_as(
+        DbBackend::Postgres,
+        "Postgres",
+        admin_url,
+        &format!(r#"TEMPLATE "{template}""#),
+    )
+    .await
+}
+
 async fn server_db(backend: DbBackend, service: &str, admin_url: String) -> Option<TestDb> {
+    server_db_as(backend, service, admin_url, "").await
+}
+
+/// [`server_db`], the `CREATE DATABASE` statement ending with `postgres_options`.
+async fn server_db_as(
+    backend: DbBackend,
+    service: &str,
+    admin_url: String,
+    postgres_options: &str,
+) -> Option<TestDb> {
     let admin = match connect(&admin_url).await {
         Ok(admin) => admin,
         Err(e) => return unavailable(service, format!("{admin_url}: {e}")),
     };
     let name = unique_name("overseer_test");
     let create = match backend {
-        DbBackend::Postgres => format!(r#"CREATE DATABASE "{name}""#),
+        DbBackend::Postgres => format!(r#"CREATE DATABASE "{name}" {postgres_options}"#),
         _ => format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"),
     };
     admin

@@ -69,6 +69,17 @@ pub fn airflow() -> Result<PathBuf, String> {
     ensure_at(&airflow_path()?, &AIRFLOW, &python, Some(AIRFLOW_CHECK))
 }
 
+/// A name for what `venv` holds (a hash of the requirements it was built
+/// with), for what is made from it and kept: a template database, say.
+pub fn fingerprint(venv: &Path) -> String {
+    let built = std::fs::read(venv.join(READY)).unwrap_or_default();
+    // FNV-1a: stable across processes and Rust releases, unlike `DefaultHasher`.
+    let hash = built.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
 /// Whether `venv` was built, completely, with `requirements`.
 pub fn is_built(venv: &Path, requirements: &[&str]) -> bool {
     std::fs::read_to_string(venv.join(READY)).is_ok_and(|built| built == requirements.join("\n"))
