@@ -30,6 +30,15 @@ pub struct Plan {
     pub http_warmup: u32,
     /// Whether Airflow's API server is measured (when its venv exists).
     pub airflow: bool,
+    /// How long the SSE clients that never read stay, and how long after they
+    /// closed the memory is read again.
+    pub sse_hold_s: u64,
+    pub sse_after_s: u64,
+
+    /// How long the workers' heartbeat stream runs before a window is
+    /// measured, and each window.
+    pub events_warmup_s: f64,
+    pub events_seconds: f64,
 
     /// Samples of Overseer's check (pooled, fresh), of the check with a worker
     /// ping (each waits the 1 s ping window), and of each Python command.
@@ -66,6 +75,10 @@ impl Plan {
             http_seconds: 4,
             http_warmup: 2,
             airflow: true,
+            sse_hold_s: 20,
+            sse_after_s: 5,
+            events_warmup_s: 8.0,
+            events_seconds: 20.0,
             celery_samples: 20,
             celery_ping_samples: 5,
             python_runs: 5,
@@ -95,6 +108,10 @@ impl Plan {
             http_seconds: 1,
             http_warmup: 1,
             airflow: false,
+            sse_hold_s: 3,
+            sse_after_s: 1,
+            events_warmup_s: 2.0,
+            events_seconds: 1.0,
             celery_samples: 3,
             celery_ping_samples: 1,
             python_runs: 1,

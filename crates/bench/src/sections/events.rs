@@ -36,9 +36,7 @@ const FREQ: Duration = Duration::from_secs(2);
 /// The figure the issue sets: ingesting them costs Overseer under 5 % of a core.
 const TARGET_PERCENT: f64 = 5.0;
 
-/// How long the stream runs before a window is measured, and how long the
-/// harness waits for Overseer to have heard every worker.
-const WARM_UP: Duration = Duration::from_secs(8);
+/// How long the harness waits for Overseer to have heard every worker.
 const HEARD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One broker to publish to.
@@ -174,6 +172,7 @@ async fn measure(
     broker: &Broker,
     events: bool,
     runs: usize,
+    warm_up: Duration,
     seconds: f64,
 ) -> Result<(Vec<Window>, usize)> {
     let dir = tempfile::tempdir()?;
@@ -195,7 +194,7 @@ async fn measure(
         matches!(broker, Broker::Rabbit { .. }),
         stop.clone(),
     ));
-    tokio::time::sleep(WARM_UP).await;
+    tokio::time::sleep(warm_up).await;
     // With the events on, every worker must have been heard before it counts.
     let mut heard = 0;
     if events {
@@ -252,7 +251,8 @@ async fn measure(
 }
 
 pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
-    let (runs, seconds) = if plan.smoke { (1, 4.0) } else { (3, 20.0) };
+    let (runs, seconds) = (plan.runs, plan.events_seconds);
+    let warm_up = Duration::from_secs_f64(plan.events_warmup_s);
     let redis = ThrowawayRedis::start(&[]).ok_or_else(|| anyhow!("no redis-server"))?;
     let mut brokers = vec![Broker::Redis {
         url: redis.url(None, 0),
@@ -269,7 +269,7 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
     let mut worst_on = 0.0_f64;
     for broker in &brokers {
         for events in [true, false] {
-            match measure(bin, broker, events, runs, seconds).await {
+            match measure(bin, broker, events, runs, warm_up, seconds).await {
                 Ok((windows, heard)) => {
                     let overseer: Vec<f64> = windows.iter().map(|w| w.overseer).collect();
                     let on_broker: Vec<f64> = windows.iter().filter_map(|w| w.broker).collect();

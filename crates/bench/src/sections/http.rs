@@ -203,10 +203,6 @@ const SSE_CLIENTS: usize = 100;
 /// Executor rows that make the report large (about 250 bytes of JSON each),
 /// on as many hosts, heartbeating all the time so the report changes.
 const SSE_FLEET: usize = 3000;
-/// How long the clients stay.
-const SSE_HOLD: Duration = Duration::from_secs(20);
-/// How long after they closed the memory is read again.
-const SSE_AFTER: Duration = Duration::from_secs(5);
 
 /// The server's resident memory now (`VmRSS`), MiB.
 fn rss_mib(pid: u32) -> f64 {
@@ -227,7 +223,8 @@ fn rss_mib(pid: u32) -> f64 {
 /// `overseer serve`'s resident memory before, with and after [`SSE_CLIENTS`]
 /// stream clients that never read, while [`SSE_FLEET`] executor rows
 /// heartbeat (so a report of megabytes changes at every refresh), as a table.
-async fn sse_memory(db: &BenchDb, addr: &str, pid: u32) -> Result<String> {
+/// `hold` and `after`: [`Plan::sse_hold_s`] and [`Plan::sse_after_s`].
+async fn sse_memory(db: &BenchDb, addr: &str, pid: u32, hold: u64, after: u64) -> Result<String> {
     use std::io::Write as _;
     db.execute(&format!(
         "INSERT INTO job (state, job_type, start_date, latest_heartbeat, executor_class, \
@@ -276,14 +273,14 @@ async fn sse_memory(db: &BenchDb, addr: &str, pid: u32) -> Result<String> {
         .collect::<std::io::Result<Vec<_>>>()?;
     let mut with = f64::NAN;
     let mut peak = f64::NAN;
-    let until = std::time::Instant::now() + SSE_HOLD;
+    let until = std::time::Instant::now() + Duration::from_secs(hold);
     while std::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_secs(1)).await;
         with = rss_mib(pid);
         peak = peak.max(with);
     }
     drop(clients);
-    tokio::time::sleep(SSE_AFTER).await;
+    tokio::time::sleep(Duration::from_secs(after)).await;
     let after = rss_mib(pid);
     beating.abort();
     let answers = get(&health).is_some_and(|(status, _)| status == 200);
@@ -293,8 +290,8 @@ async fn sse_memory(db: &BenchDb, addr: &str, pid: u32) -> Result<String> {
          heartbeat (a report of {} that changes at every refresh); resident memory (`VmRSS`) \
          before they come, after {} s with them, and {} s after they closed{}:\n\n{}",
         bytes(report_bytes as f64),
-        SSE_HOLD.as_secs(),
-        SSE_AFTER.as_secs(),
+        hold,
+        after,
         if answers {
             ""
         } else {
@@ -629,7 +626,14 @@ pub async fn run(plan: &Plan, out: &Out, bin: &Path) -> Result<Body> {
             }
         }
     }
-    let sse = sse_memory(&db, &addr, overseer.pid()).await?;
+    let sse = sse_memory(
+        &db,
+        &addr,
+        overseer.pid(),
+        plan.sse_hold_s,
+        plan.sse_after_s,
+    )
+    .await?;
     overseer.check_alive()?;
     bare.check_alive()?;
     bare.stop();
