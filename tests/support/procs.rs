@@ -71,12 +71,7 @@ pub fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-pub fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
+pub use overseer_testkit::procs::signal;
 
 /// `signal` to every process of the group `pgid`.
 pub fn signal_group(pgid: u32, signal: &str) {

@@ -266,9 +266,12 @@ pub async fn sqlite() -> TestDb {
 
 /// A fresh database on the shared Postgres, or `None` (skipped) when it is unreachable.
 pub async fn postgres() -> Option<TestDb> {
-    let admin_url =
-        std::env::var("TESTKIT_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
-    server_db(DbBackend::Postgres, "Postgres", admin_url).await
+    server_db(DbBackend::Postgres, "Postgres", postgres_admin_url()).await
+}
+
+/// The admin connection to the Postgres the tests use.
+fn postgres_admin_url() -> String {
+    std::env::var("TESTKIT_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into())
 }
 
 /// A fresh database on the shared MariaDB, or `None` (skipped) when it is unreachable.
@@ -290,8 +293,7 @@ pub async fn postgres_from_template(
     template: &str,
     make: impl FnOnce(&str) -> Result<(), String>,
 ) -> Option<TestDb> {
-    let admin_url =
-        std::env::var("TESTKIT_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
+    let admin_url = postgres_admin_url();
     let mut options = ConnectOptions::new(admin_url.clone());
     // One connection: an advisory lock belongs to its session.
     options

@@ -239,12 +239,10 @@ pub async fn poll_within(
 /// Waits until a client's connection to loopback `port` is established (the
 /// kernel completed it, whether or not the server took it), for at most `within`.
 pub async fn until_connected(port: u16, within: Duration) {
-    let deadline = std::time::Instant::now() + within;
-    while overseer_testkit::procs::established_to(port) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no connection to port {port} within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    overseer_testkit::wait::until_true_async(
+        &format!("a connection to port {port}"),
+        within,
+        || overseer_testkit::procs::established_to(port) > 0,
+    )
+    .await;
 }
