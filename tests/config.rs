@@ -923,9 +923,92 @@ fn airflows_cfg_alone_configures_the_database_the_executor_and_the_broker() {
     );
     assert_eq!(
         config["database"]["url"].as_str(),
-        Some("sqlite://overseer.db?mode=rwc"),
-        "other.cfg sets no database, and airflow.cfg is not read beside it"
+        Some(format!("sqlite://{}/airflow.db", home.display()).as_str()),
+        "other.cfg sets no database, so Airflow's default, and airflow.cfg is not read beside it"
     );
+}
+
+/// An `airflow.cfg` that leaves the executor and the database to Airflow's
+/// defaults (as the one Airflow writes on its first run does, all commented
+/// out): Overseer supervises what that Airflow runs, `LocalExecutor` on
+/// `$AIRFLOW_HOME/airflow.db`, and says where that came from. What an
+/// operator set in Overseer's own layers still wins, and with no `airflow.cfg`
+/// nothing says an Airflow is there: Overseer's own defaults stay.
+#[test]
+fn an_airflow_cfg_that_sets_nothing_means_airflows_defaults() {
+    let dir = workdir();
+    let home = dir.path().join("af");
+    std::fs::create_dir(&home).unwrap();
+    let cfg = home.join("airflow.cfg");
+    std::fs::write(
+        &cfg,
+        "[core]\n# executor = LocalExecutor\n\n[database]\n# sql_alchemy_conn = sqlite:////x.db\n\n\
+         [scheduler]\nscheduler_health_check_threshold = 45\n",
+    )
+    .unwrap();
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_HOME", &home)
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    let db = format!("sqlite://{}/airflow.db", home.display());
+    assert_eq!(config["database"]["url"].as_str(), Some(db.as_str()));
+    let executors = config["executors"].as_array().unwrap();
+    assert_eq!(executors.len(), 1, "{executors:?}");
+    assert_eq!(executors[0]["name"].as_str(), Some("LocalExecutor"));
+    let cfg = cfg.display();
+    for line in [
+        format!(
+            "#   database.url <- Airflow's default for [database] sql_alchemy_conn, as {cfg} sets none"
+        ),
+        format!("#   executors <- Airflow's default for [core] executor, as {cfg} sets none"),
+    ] {
+        assert!(out.stdout.contains(&line), "{line}\n{}", out.stdout);
+    }
+
+    // Overseer's own layers keep what they set: a database and executors.
+    let toml = dir.path().join("overseer.toml");
+    std::fs::write(
+        &toml,
+        "[[executors]]\nname = \"CeleryExecutor\"\nbroker_url = \"redis://127.0.0.1:6379/0\"\n",
+    )
+    .unwrap();
+    let config = effective(
+        overseer(dir.path())
+            .env("AIRFLOW_HOME", &home)
+            .env("OVERSEER_DATABASE__URL", "postgres://127.0.0.1:5432/test"),
+    );
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("postgres://127.0.0.1:5432/test")
+    );
+    let executors = config["executors"].as_array().unwrap();
+    assert_eq!(executors.len(), 1, "{executors:?}");
+    assert_eq!(executors[0]["name"].as_str(), Some("CeleryExecutor"));
+    std::fs::remove_file(&toml).unwrap();
+
+    // Where Airflow has not made its database yet, serve says so and stops.
+    let out = run(overseer(dir.path()).env("AIRFLOW_HOME", &home).arg("serve"));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let db_file = home.join("airflow.db");
+    assert!(
+        out.stderr.lines().any(|l| l.contains(&format!(
+            "the file {} does not exist (Overseer creates only its own database",
+            db_file.display()
+        )) && l.contains("airflow db migrate")),
+        "{}",
+        out.stderr
+    );
+    assert!(!db_file.exists(), "Overseer made Airflow's database");
+
+    // No airflow.cfg: Overseer's own defaults.
+    std::fs::remove_file(home.join("airflow.cfg")).unwrap();
+    let config = effective(overseer(dir.path()).env("AIRFLOW_HOME", &home));
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("sqlite://overseer.db?mode=rwc")
+    );
+    assert!(config.get("executors").is_none());
 }
 
 /// Airflow's way to keep a password out of the environment and the file:

@@ -73,7 +73,14 @@ pub(super) fn stack(
         _ => Vec::new(),
     };
     let conf = airflow::AirflowConf::read(std::env::vars())?;
-    let airflow = airflow::AirflowEnv::read(&conf, &earlier)?;
+    let database_set = origin_of(&figment, "database.url") != super::BUILT_IN;
+    let airflow = airflow::AirflowEnv::read(
+        &conf,
+        &airflow::Earlier {
+            executors: &earlier,
+            database_set,
+        },
+    )?;
     let airflow_origins = airflow.origins().clone();
     figment = figment.merge(airflow);
 

@@ -38,6 +38,16 @@ const SSL_KEYS: [(AirflowOption, &str); 4] = [
 /// Airflow's broker when `[celery] broker_url` is unset.
 pub const AIRFLOW_DEFAULT_BROKER: &str = overseer_celery::AIRFLOW_DEFAULT_BROKER_URL;
 
+/// What the layers below Airflow's configured, as far as Airflow's layer
+/// needs to know.
+#[derive(Debug, Default)]
+pub struct Earlier<'a> {
+    /// The executors, as they wrote them.
+    pub executors: &'a [Dict],
+    /// Whether one of them set `database.url`.
+    pub database_set: bool,
+}
+
 /// The values Airflow's configuration sets, as Overseer keys, with where each
 /// came from (a variable, a `_CMD`, an option of `airflow.cfg`), for
 /// `overseer config` and error messages.
@@ -48,11 +58,17 @@ pub struct AirflowEnv {
 
 impl AirflowEnv {
     /// Reads what Airflow's configuration (`conf`: its variables and its
-    /// `airflow.cfg`) sets; Airflow's defaults are not Overseer's. `earlier` are
-    /// the executors the earlier layers configured, as they wrote them: an
+    /// `airflow.cfg`) sets. `earlier` is what the earlier layers configured: an
     /// executor Airflow names keeps their settings (queues, worker ping) for the
     /// same name.
-    pub fn read(conf: &AirflowConf, earlier: &[Dict]) -> Result<Self, ConfigError> {
+    ///
+    /// On a host whose Airflow has an `airflow.cfg` (Airflow writes one where it
+    /// runs), the executors and the database nothing sets are Airflow's
+    /// defaults (`LocalExecutor`, `sqlite:///{AIRFLOW_HOME}/airflow.db`), as
+    /// Airflow itself uses them, unless an earlier layer set them: Overseer then
+    /// supervises what that Airflow runs. Without one, nothing tells Overseer an
+    /// Airflow is there, and its own defaults stay.
+    pub fn read(conf: &AirflowConf, earlier: &Earlier) -> Result<Self, ConfigError> {
         let mut env = Self {
             values: Dict::new(),
             origins: BTreeMap::new(),
@@ -68,8 +84,30 @@ impl AirflowEnv {
             })
         };
         let set = |option: &AirflowOption| set_for(option, None);
+        // Airflow's default for an option nothing sets, where Airflow is found
+        // and no earlier layer set the key.
+        let airflows_default = |option: &AirflowOption,
+                                earlier_set: bool|
+         -> Result<Option<(String, String)>, ConfigError> {
+            let Some(file) = conf.file() else {
+                return Ok(None);
+            };
+            if earlier_set {
+                return Ok(None);
+            }
+            let resolved = conf.get(option, None)?;
+            Ok(matches!(resolved.source, Source::Default(_)).then(|| {
+                let origin = format!("{}, as {} sets none", resolved.source, file.display());
+                (resolved.value, origin)
+            }))
+        };
+        let earlier_executors = earlier.executors;
 
-        if let Some((conn, origin)) = set(&SQL_ALCHEMY_CONN)? {
+        let conn = match set(&SQL_ALCHEMY_CONN)? {
+            Some(conn) => Some(conn),
+            None => airflows_default(&SQL_ALCHEMY_CONN, earlier.database_set)?,
+        };
+        if let Some((conn, origin)) = conn {
             let url = sqlalchemy_to_sea_orm(&conn)
                 .map_err(|problem| ConfigError::new("database.url", origin.clone(), problem))?;
             env.insert(&["database", "url"], Value::from(url), origin);
@@ -94,7 +132,10 @@ impl AirflowEnv {
         }
 
         let (celery, field_origins) = CeleryEnv::read(&set_for, None)?;
-        let executor_list = set(&EXECUTOR)?;
+        let executor_list = match set(&EXECUTOR)? {
+            Some(list) => Some(list),
+            None => airflows_default(&EXECUTOR, !earlier_executors.is_empty())?,
+        };
         let list_origin = executor_list
             .as_ref()
             .map(|(_, origin)| origin.clone())
@@ -120,7 +161,7 @@ impl AirflowEnv {
                         &entries,
                         team.as_deref(),
                         executors.len(),
-                        earlier,
+                        earlier_executors,
                         &team_celery,
                         &list_origin,
                     )? {
@@ -140,7 +181,7 @@ impl AirflowEnv {
                 || celery.default_queue.is_some()
                 || !celery.ssl.is_empty() =>
             {
-                let mut executors = earlier.to_vec();
+                let mut executors = earlier_executors.to_vec();
                 for (index, executor) in executors.iter_mut().enumerate() {
                     apply_celery(executor, &celery, None);
                     for (field, origin) in &field_origins {
@@ -568,6 +609,10 @@ mod tests {
                 vars.push((EXECUTOR.variable(None), list.to_owned()));
             }
             let conf = AirflowConf::read(vars).unwrap();
+            let earlier = Earlier {
+                executors: &earlier,
+                database_set: false,
+            };
             let env = AirflowEnv::read(&conf, &earlier).unwrap();
             let Some(Value::Array(_, executors)) = env.values.get("executors") else {
                 panic!("Airflow's layer sets the executors: {:?}", env.values);
