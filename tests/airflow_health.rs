@@ -375,9 +375,47 @@ async fn airflows_endpoint_agrees_with_overseers() {
     assert_eq!(from_cfg(&entry).unwrap()["hostname"], ours["hostname"]);
     drop(cfg_only);
 
+    // 9. The same host, the broker's URL now only from the environment's
+    // `AIRFLOW__CELERY__BROKER_URL_CMD` (airflow.cfg names no broker), and
+    // another broker, so that the plugin's instance is this Overseer's.
+    let redis_d = overseer_testkit::throwaway::ThrowawayRedis::start(&[]).expect("redis-server");
+    let secret_d = c_dir.path().join("broker-d");
+    std::fs::write(&secret_d, redis_d.url(None, 0)).unwrap();
+    let home_d = c_dir.path().join("airflow-home-d");
+    std::fs::create_dir(&home_d).unwrap();
+    std::fs::write(
+        home_d.join("airflow.cfg"),
+        format!(
+            "[core]\nexecutor = CeleryExecutor\n\n[database]\nsql_alchemy_conn = {sql_alchemy_conn}\n"
+        ),
+    )
+    .unwrap();
+    let cmd_only = Serving::start(overseer(c_dir.path()).env("AIRFLOW_HOME", &home_d).env(
+        "AIRFLOW__CELERY__BROKER_URL_CMD",
+        format!("cat {}", secret_d.display()),
+    ));
+    let broker_d = redis_d.url(None, 0);
+    let from_cmd = |e: &Value| {
+        e["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["instance"] == broker_d.as_str())
+            .cloned()
+    };
+    let entry = wait_for_airflow(&airflow, "the broker from BROKER_URL_CMD alone", |e| {
+        from_cmd(e).is_some_and(|i| i["health"] == "healthy")
+    });
+    let ours = from_cmd(&support::health(&cmd_only)["executor"]).unwrap();
+    assert_eq!(ours["health"], "healthy", "{ours}");
+    assert_eq!(from_cmd(&entry).unwrap()["hostname"], ours["hostname"]);
+    drop(cmd_only);
+
     let strays = airflow.stop();
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
-    drop((airflow, redis_a, redis_b, redis_ta, redis_tb, redis_c, db));
+    drop((
+        airflow, redis_a, redis_b, redis_ta, redis_tb, redis_c, redis_d, db,
+    ));
 }
 
 /// An `overseer.toml` in `dir`: quick polls, the test's threshold, `executors`
