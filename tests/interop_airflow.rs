@@ -44,16 +44,16 @@
 //! Needs Postgres on loopback, `redis-server` and `python3` on the PATH, and PyPI the
 //! first time; without them it says SKIPPED, and fails under `CI`.
 //!
-//! Longer than this project's ~400 lines per file, for a reason: besides the test it
-//! holds the harness only this test uses (`Run`: Airflow's processes started, watched
-//! and stopped by pid, their logs, the check that none is left behind), which no other
-//! test binary shares.
+//! Longer than this project's ~400 lines per file, for a reason: nine phases, each
+//! with the checks that say what it shows. The harness (`support::airflow_run::Run`:
+//! Airflow's processes started, watched and stopped by pid, their logs, the check
+//! that none is left behind) is shared with `interop_edge.rs`; what only this test
+//! starts (the Redis broker, the Celery worker) is here.
 
 mod support;
 
 use std::collections::BTreeSet;
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -62,12 +62,10 @@ use overseer::config::duration;
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use serde_json::Value;
-use support::procs::{
-    Process, Processes, Timings, proc_table, read, signal, signal_group, tail, wait_deadline,
-};
+use support::airflow::{CLI_DEADLINE, START_DEADLINE, STOP_GRACE};
+use support::airflow_run::{Run, SCHEDULE_DEADLINE, Setup, get, get_json, try_get_json};
+use support::procs::{Timings, group_gone_within, read, signal, signal_group, wait_deadline};
 
-/// The binary under test.
-const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
 /// The DAG folder's first file: a DAG that never runs.
 const DAG: &str = include_str!("interop/dags/overseer_interop.py");
 /// The DAG folder's second file: one quick task, run when the test triggers it.
@@ -114,17 +112,9 @@ const VERDICT_DEADLINE: Duration = Duration::from_millis(
 /// several of Airflow's heartbeats).
 const BROKER_DOWN_FOR: Duration = Duration::from_secs(15);
 
-/// Airflow's four processes, from a cold interpreter on 2 cores, until all are healthy.
-const START_DEADLINE: Duration = Duration::from_secs(240);
-/// `airflow jobs check`, mostly Python start-up.
-const CLI_DEADLINE: Duration = Duration::from_secs(120);
-/// The DAG processor storing the triggered DAG; the scheduler queuing its task.
-const SCHEDULE_DEADLINE: Duration = Duration::from_secs(120);
 /// A cold `airflow celery worker` starting, taking the task and running it to `success`
 /// (a fresh interpreter for the task too) on 2 busy cores.
 const RUN_DEADLINE: Duration = Duration::from_secs(240);
-/// SIGTERM, then this long to exit, then SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// Every process this test starts carries `INTEROP_AIRFLOW_RUN=<run id>` in its
 /// environment, and so do their children: how strays are found at the end. (Not
@@ -157,7 +147,21 @@ async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
         started.elapsed(),
     );
 
-    let mut run = Run::new(venv, &db.url);
+    let mut run = Run::new(
+        Setup {
+            name: "interop",
+            marker_var: MARKER_VAR,
+            executor: "CeleryExecutor",
+            dags: &[
+                ("overseer_interop.py", DAG),
+                ("overseer_interop_flow.py", FLOW_DAG),
+            ],
+        },
+        venv,
+        &db.url,
+    );
+    let broker_port = overseer_testkit::throwaway::free_port();
+    configure(&mut run, broker_port);
     eprintln!("interop: run folder {}", run.dir().display());
 
     // 2. migrate
@@ -165,7 +169,7 @@ async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
 
     // 3. start-up
     let started = Instant::now();
-    let (urls, executor) = start_up(&mut run);
+    let (urls, executor) = start_up(&mut run, broker_port);
     timings.add("start-up (until healthy)", started.elapsed());
 
     // 4. agree
@@ -220,6 +224,8 @@ struct Urls {
     overseer: String,
     /// The broker, as Overseer names the Celery executor's instance.
     broker: String,
+    /// The broker's loopback port.
+    broker_port: u16,
     /// Overseer's `/metrics`.
     metrics: String,
 }
@@ -277,32 +283,21 @@ async fn explain_the_queued_query(db: &TestDb) {
 /// The broker, Airflow's four processes and `overseer serve`, until Airflow says its
 /// three components are healthy and Overseer has a verdict on the executor (which
 /// it answers, with the URLs of both reports).
-fn start_up(run: &mut Run) -> (Urls, Value) {
-    run.start_broker();
-    let api_port = run.api_port;
+fn start_up(run: &mut Run, broker_port: u16) -> (Urls, Value) {
+    start_broker(run, broker_port);
     run.start("scheduler", run.airflow(&["scheduler"]));
     run.start(
         "triggerer",
         run.airflow(&["triggerer", "--skip-serve-logs"]),
     );
     run.start("dag-processor", run.airflow(&["dag-processor"]));
-    run.start(
-        "api-server",
-        run.airflow(&[
-            "api-server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &api_port.to_string(),
-            "--workers",
-            "1",
-        ]),
-    );
+    run.start_api_server();
     let overseer_addr = run.start_overseer();
     let urls = Urls {
-        airflow: format!("http://127.0.0.1:{api_port}/api/v2/monitor/health"),
+        airflow: run.api_url("/api/v2/monitor/health"),
         overseer: format!("http://{overseer_addr}/api/v2/monitor/health"),
-        broker: format!("redis://127.0.0.1:{}/0", run.broker_port),
+        broker: format!("redis://127.0.0.1:{broker_port}/0"),
+        broker_port,
         metrics: format!("http://{overseer_addr}/metrics"),
     };
     let airflow = run.wait_until(
@@ -341,7 +336,7 @@ fn reports_agree(run: &Run, urls: &Urls, executor: &Value) -> DateTime<FixedOffs
         status, 200,
         "Airflow's health endpoint needs no credentials"
     );
-    let (dags_status, _) = get(&format!("http://127.0.0.1:{}/api/v2/dags", run.api_port));
+    let (dags_status, _) = get(&run.api_url("/api/v2/dags"));
     assert_eq!(dags_status, 401, "Airflow's other routes want credentials");
     assert_eq!(executor["health"], "healthy", "{executor}");
     let mut seen_equal = BTreeSet::new();
@@ -407,8 +402,7 @@ async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
             .any(|p| p.name == WORKER && !p.reaped),
         "no Celery worker runs yet"
     );
-    wait_for_rows(
-        run,
+    run.wait_for_rows(
         db,
         "the DAG processor stored the flow DAG, unpaused",
         SCHEDULE_DEADLINE,
@@ -519,7 +513,7 @@ async fn work_stuck(run: &mut Run, db: &TestDb, urls: &Urls) -> Duration {
 /// processes talking to the broker.
 async fn work_flows(run: &mut Run, db: &TestDb, urls: &Urls) {
     let starting = Instant::now();
-    run.start_worker();
+    start_worker(run);
     eprintln!(
         "interop: the Celery worker is ready after {:.1?}",
         starting.elapsed()
@@ -569,7 +563,7 @@ async fn work_flows(run: &mut Run, db: &TestDb, urls: &Urls) {
         VERDICT_DEADLINE,
         || queued_gauge(&get(&urls.metrics).1).filter(|v| *v == 0.0),
     );
-    let status = run.stop_worker();
+    let status = stop_worker(run);
     eprintln!("interop: the Celery worker stopped ({status}), its process group empty");
 }
 
@@ -604,11 +598,12 @@ async fn wait_for_task(
         "SELECT COALESCE(state, '') || ' ' || COALESCE(EXTRACT(EPOCH FROM queued_dttm)::text, '') \
          FROM task_instance WHERE dag_id = '{FLOW_DAG_ID}' AND run_id = '{FLOW_RUN_ID}' AND task_id = '{FLOW_TASK_ID}'"
     );
-    let rows = wait_for_rows(run, db, what, deadline, &sql, |rows| {
-        rows.first()
-            .is_some_and(|row| accept(row.split(' ').next().unwrap_or_default()))
-    })
-    .await;
+    let rows = run
+        .wait_for_rows(db, what, deadline, &sql, |rows| {
+            rows.first()
+                .is_some_and(|row| accept(row.split(' ').next().unwrap_or_default()))
+        })
+        .await;
     let (state, epoch) = rows[0].split_once(' ').unwrap_or((&rows[0], ""));
     let queued_dttm = epoch.parse::<f64>().ok().map(|seconds| {
         DateTime::from_timestamp_micros((seconds * 1e6).round() as i64)
@@ -617,31 +612,6 @@ async fn wait_for_task(
     TaskInstance {
         state: state.to_owned(),
         queued_dttm,
-    }
-}
-
-/// Runs `sql` every 250 ms until `accept` takes its rows, failing the test at `deadline`
-/// (with every process's log tail) or at once when a process of ours died.
-async fn wait_for_rows(
-    run: &mut Run,
-    db: &TestDb,
-    what: &str,
-    deadline: Duration,
-    sql: &str,
-    accept: impl Fn(&[String]) -> bool,
-) -> Vec<String> {
-    let until = Instant::now() + deadline;
-    loop {
-        let rows = db.strings(sql).await;
-        if accept(&rows) {
-            return rows;
-        }
-        run.procs.check_ours(what);
-        assert!(
-            Instant::now() < until,
-            "{what}: not within {deadline:?}; last read {rows:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -670,7 +640,7 @@ fn queued_gauge(metrics: &str) -> Option<f64> {
 /// refresh) Overseer says `unhealthy`, with a plain reason naming the broker, while
 /// Airflow's own endpoint still says all is well. Answers when the broker died.
 fn broker_down(run: &mut Run, urls: &Urls) -> Instant {
-    run.kill_broker();
+    kill_broker(run, urls.broker_port);
     let killed = Instant::now();
     let down = run.wait_until(
         "Overseer says the executor is unhealthy",
@@ -726,7 +696,7 @@ fn broker_stays_down(urls: &Urls, killed: Instant) {
 
 /// The broker back on the same port: Overseer says `healthy` again, same instance.
 fn broker_back(run: &mut Run, urls: &Urls) {
-    run.start_broker();
+    start_broker(run, urls.broker_port);
     let restarted = Instant::now();
     let up = run.wait_until(
         "Overseer says the executor is healthy again",
@@ -812,7 +782,7 @@ fn jobs_check_finds_the_scheduler(run: &mut Run) {
 /// SIGTERM to `overseer serve`, which ends its row; then every other process, and
 /// none is left behind.
 async fn stop(run: &mut Run, db: &TestDb) {
-    let status = run.stop_overseer();
+    let status = stop_overseer(run);
     assert!(
         status.success(),
         "overseer serve ends cleanly on SIGTERM: {status}"
@@ -829,419 +799,138 @@ async fn stop(run: &mut Run, db: &TestDb) {
 /// it cannot be made here (skipped, or a failure under CI).
 fn airflow_venv(timings: &mut Timings) -> Option<PathBuf> {
     let started = Instant::now();
-    let built = overseer_testkit::venv::airflow();
+    let built = support::airflow::venv();
     timings.add("install (cached after the first run)", started.elapsed());
-    match built {
-        Ok(venv) if venv.join("bin/airflow").exists() => {
-            let seconds =
-                std::fs::read_to_string(venv.join(".install-seconds")).unwrap_or_default();
-            eprintln!(
-                "interop: Airflow venv {} (its install took {}s; this run waited {:.1?})",
-                venv.display(),
-                seconds.trim(),
-                started.elapsed()
-            );
-            Some(venv)
-        }
-        Ok(venv) => overseer_testkit::unavailable(
-            "the Airflow 3.3.2 venv (pip install from PyPI)",
-            format!("{} has no bin/airflow", venv.display()),
+    let venv = built?;
+    let seconds = std::fs::read_to_string(venv.join(".install-seconds")).unwrap_or_default();
+    eprintln!(
+        "interop: Airflow venv {} (its install took {}s; this run waited {:.1?})",
+        venv.display(),
+        seconds.trim(),
+        started.elapsed()
+    );
+    Some(venv)
+}
+
+/// The Celery executor's broker (the test's own Redis on `broker_port`), and Overseer's
+/// supervisor, quick, with the Celery executor's [`MAX_QUEUED_AGE`] beside Airflow's
+/// variables (which still give this executor its broker).
+fn configure(run: &mut Run, broker_port: u16) {
+    run.env(
+        "AIRFLOW__CELERY__BROKER_URL",
+        format!("redis://127.0.0.1:{broker_port}/0"),
+    );
+    for (key, value) in [
+        ("OVERSEER_SUPERVISOR__POLL_INTERVAL", POLL_INTERVAL),
+        ("OVERSEER_SUPERVISOR__POLL_TIMEOUT", POLL_TIMEOUT),
+        (
+            "OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL",
+            HEARTBEAT_INTERVAL,
         ),
-        Err(e) => overseer_testkit::unavailable(
-            "the Airflow 3.3.2 venv (pip install from PyPI)",
-            tail(&e, 30),
+        ("OVERSEER_SUPERVISOR__REFRESH_INTERVAL", REFRESH_INTERVAL),
+    ] {
+        run.overseer_env(key, duration::format(value));
+    }
+    run.overseer_env(
+        "OVERSEER_EXECUTORS",
+        format!(
+            "[{{name = \"CeleryExecutor\", max_queued_age = \"{}\"}}]",
+            duration::format(MAX_QUEUED_AGE)
         ),
-    }
+    );
 }
 
-/// One run: its folder, its processes, the ports and the environment they share.
-/// Dropping it stops every process (also when an assertion failed).
-struct Run {
-    /// Airflow's home, the DAG folder, every log; kept when the test fails.
-    dir: Option<tempfile::TempDir>,
-    /// The cached venv Airflow runs from.
-    venv: PathBuf,
-    /// Airflow's SQLAlchemy URL for the test's database.
-    sql_alchemy_conn: String,
-    /// The loopback port of the test's own Redis, the Celery broker.
-    broker_port: u16,
-    /// The loopback port of Airflow's `api-server`.
-    api_port: u16,
-    /// Signs the tokens Airflow's components hand each other: one value for all of them.
-    jwt_secret: String,
-    /// What the run started, and every process of theirs seen.
-    procs: Processes,
+/// The test's own Redis on `port`, started (again) and answering.
+fn start_broker(run: &mut Run, port: u16) {
+    // A restart logs to a file of its own, beside the first broker's.
+    let starts = run
+        .procs
+        .started
+        .iter()
+        .filter(|p| p.name.starts_with("redis"))
+        .count();
+    let name = if starts == 0 {
+        "redis".to_owned()
+    } else {
+        format!("redis-{}", starts + 1)
+    };
+    let mut command = run.command("redis-server");
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(run.dir());
+    run.start(&name, command);
+    run.wait_until(
+        "the test's Redis accepts connections",
+        Duration::from_secs(30),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
+    );
 }
 
-/// What a finished command printed, and how it ended.
-struct Finished {
-    status: ExitStatus,
-    log: String,
+/// Kills the test's Redis on `port` (SIGKILL: the broker dies, it does not shut down)
+/// and waits until its port is closed.
+fn kill_broker(run: &mut Run, port: u16) {
+    let process = run
+        .running(|name| name.starts_with("redis"))
+        .expect("the broker runs");
+    signal(process.child.id(), "KILL");
+    let _ = process.child.wait();
+    process.reaped = true;
+    run.wait_until(
+        "the broker's port is closed",
+        Duration::from_secs(10),
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .is_err()
+                .then_some(())
+        },
+    );
 }
 
-impl Run {
-    fn new(venv: PathBuf, db_url: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("overseer-interop-")
-            .tempdir()
-            .expect("a run folder");
-        std::fs::create_dir_all(dir.path().join("dags")).unwrap();
-        std::fs::create_dir_all(dir.path().join("airflow-home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-        std::fs::write(dir.path().join("dags/overseer_interop.py"), DAG).unwrap();
-        std::fs::write(dir.path().join("dags/overseer_interop_flow.py"), FLOW_DAG).unwrap();
-        let sql_alchemy_conn = match db_url.split_once("://") {
-            Some((_, rest)) => format!("postgresql+psycopg2://{rest}"),
-            None => panic!("a Postgres URL: {db_url}"),
-        };
-        let marker = overseer_testkit::unique_name("interop");
-        Self {
-            dir: Some(dir),
-            venv,
-            sql_alchemy_conn,
-            broker_port: overseer_testkit::throwaway::free_port(),
-            api_port: overseer_testkit::throwaway::free_port(),
-            jwt_secret: format!("overseer-interop-{marker}"),
-            procs: Processes::new(MARKER_VAR, marker),
-        }
-    }
+/// Starts `airflow celery worker` (one pool process, queue `default`, no log server),
+/// in a process group of its own, and waits until Celery says it is ready.
+fn start_worker(run: &mut Run) {
+    let command = run.airflow(&support::airflow::celery_worker_args("overseer-interop@%h"));
+    run.start_group(WORKER, command);
+    let log = run.log_path(WORKER);
+    run.wait_until("the Celery worker is ready", RUN_DEADLINE, || {
+        read(&log).contains(" ready.").then_some(())
+    });
+}
 
-    fn dir(&self) -> &Path {
-        self.dir.as_ref().expect("the run folder").path()
+/// SIGTERM to the Celery worker's process group (SIGKILL after the grace period),
+/// until none of the group is left; the worker's exit status.
+fn stop_worker(run: &mut Run) -> ExitStatus {
+    run.procs.note_ours();
+    let process = run
+        .running(|name| name == WORKER)
+        .expect("the Celery worker runs");
+    let pgid = process.child.id();
+    signal_group(pgid, "TERM");
+    let status = wait_deadline(&mut process.child, STOP_GRACE);
+    process.reaped = true;
+    let mut gone = group_gone_within(pgid, STOP_GRACE);
+    if status.is_none() || !gone {
+        signal_group(pgid, "KILL");
+        gone = group_gone_within(pgid, Duration::from_secs(5));
     }
+    assert!(gone, "the Celery worker's process group outlived SIGKILL");
+    status.unwrap_or_else(|| panic!("the Celery worker ignored SIGTERM for {STOP_GRACE:?}"))
+}
 
-    fn log_path(&self, name: &str) -> PathBuf {
-        self.dir().join("logs").join(format!("{name}.log"))
-    }
-
-    /// A command with a clean environment: the basics, the venv first on the PATH, the
-    /// run's marker, and Airflow's configuration (which Overseer reads too).
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut command = support::airflow::clean_command(program, self.dir(), &self.venv);
-        command
-            .env(MARKER_VAR, &self.procs.marker)
-            .env("PYTHONUNBUFFERED", "1")
-            .env("AIRFLOW_HOME", self.dir().join("airflow-home"))
-            .env(
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                &self.sql_alchemy_conn,
-            )
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env(
-                "AIRFLOW__CELERY__BROKER_URL",
-                format!("redis://127.0.0.1:{}/0", self.broker_port),
-            )
-            .env("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-            .env("AIRFLOW__CORE__DAGS_FOLDER", self.dir().join("dags"))
-            // Airflow's default is localhost:8080, which may be anyone's: point at ours.
-            .env(
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
-                format!("http://127.0.0.1:{}/execution/", self.api_port),
-            )
-            .env("AIRFLOW__API_AUTH__JWT_SECRET", &self.jwt_secret)
-            // One parsing process is plenty for one DAG on 2 cores.
-            .env("AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES", "1");
-        command
-    }
-
-    fn airflow(&self, args: &[&str]) -> Command {
-        let mut command = self.command(self.venv.join("bin/airflow"));
-        command.args(args);
-        command
-    }
-
-    fn overseer(&self, args: &[&str]) -> Command {
-        let mut command = self.command(OVERSEER);
-        command
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env(
-                "OVERSEER_SUPERVISOR__POLL_INTERVAL",
-                duration::format(POLL_INTERVAL),
-            )
-            .env(
-                "OVERSEER_SUPERVISOR__POLL_TIMEOUT",
-                duration::format(POLL_TIMEOUT),
-            )
-            .env(
-                "OVERSEER_SUPERVISOR__HEARTBEAT_INTERVAL",
-                duration::format(HEARTBEAT_INTERVAL),
-            )
-            .env(
-                "OVERSEER_SUPERVISOR__REFRESH_INTERVAL",
-                duration::format(REFRESH_INTERVAL),
-            )
-            // Beside Airflow's variables, which still give this executor its broker.
-            .env(
-                "OVERSEER_EXECUTORS",
-                format!(
-                    "[{{name = \"CeleryExecutor\", max_queued_age = \"{}\"}}]",
-                    duration::format(MAX_QUEUED_AGE)
-                ),
-            );
-        command
-    }
-
-    /// Starts a long-running process, its output to `logs/<name>.log`.
-    fn start(&mut self, name: &str, command: Command) {
-        self.launch(name, command, false);
-    }
-
-    /// Starts a long-running process as the leader of a process group of its own, which
-    /// is then signalled as a whole.
-    fn start_group(&mut self, name: &str, mut command: Command) {
-        command.process_group(0);
-        self.launch(name, command, true);
-    }
-
-    fn launch(&mut self, name: &str, mut command: Command, group: bool) {
-        let log = self.log_path(name);
-        let file = std::fs::File::create(&log).expect("a log file");
-        let child = command
-            .stdout(file.try_clone().expect("the log file"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        self.procs.started.push(Process {
-            name: name.to_owned(),
-            child,
-            log,
-            group,
-            reaped: false,
-        });
-        self.procs.note_ours();
-    }
-
-    /// Runs a command to its end (killed at `deadline`), its output to `logs/<name>.log`.
-    fn finish(&mut self, mut command: Command, name: &str, deadline: Duration) -> Finished {
-        let log = self.log_path(name);
-        let file = std::fs::File::create(&log).expect("a log file");
-        let mut child = command
-            .stdout(file.try_clone().expect("the log file"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        let status = wait_deadline(&mut child, deadline);
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        match status {
-            Some(status) => Finished { status, log },
-            None => panic!(
-                "{name} did not finish within {deadline:?}:\n{}",
-                tail(&log, 40)
-            ),
-        }
-    }
-
-    /// The test's own Redis on `broker_port`, started (again) and answering.
-    fn start_broker(&mut self) {
-        // A restart logs to a file of its own, beside the first broker's.
-        let starts = self
-            .procs
-            .started
-            .iter()
-            .filter(|p| p.name.starts_with("redis"))
-            .count();
-        let name = if starts == 0 {
-            "redis".to_owned()
-        } else {
-            format!("redis-{}", starts + 1)
-        };
-        let dir = self.dir().to_owned();
-        let mut command = self.command("redis-server");
-        command
-            .args([
-                "--port",
-                &self.broker_port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&dir);
-        self.start(&name, command);
-        let port = self.broker_port;
-        self.wait_until(
-            "the test's Redis accepts connections",
-            Duration::from_secs(30),
-            || std::net::TcpStream::connect(("127.0.0.1", port)).ok(),
-        );
-    }
-
-    /// Kills the test's Redis (SIGKILL: the broker dies, it does not shut down) and waits
-    /// until its port is closed.
-    fn kill_broker(&mut self) {
-        let process = self
-            .procs
-            .started
-            .iter_mut()
-            .find(|p| p.name.starts_with("redis") && !p.reaped)
-            .expect("the broker runs");
+/// SIGTERM to `overseer serve`, and its exit status.
+fn stop_overseer(run: &mut Run) -> ExitStatus {
+    let process = run
+        .running(|name| name == "overseer")
+        .expect("overseer runs");
+    signal(process.child.id(), "TERM");
+    let status = wait_deadline(&mut process.child, STOP_GRACE);
+    let status = status.unwrap_or_else(|| {
         signal(process.child.id(), "KILL");
-        let _ = process.child.wait();
-        process.reaped = true;
-        let port = self.broker_port;
-        self.wait_until(
-            "the broker's port is closed",
-            Duration::from_secs(10),
-            || {
-                std::net::TcpStream::connect(("127.0.0.1", port))
-                    .is_err()
-                    .then_some(())
-            },
-        );
-    }
-
-    /// Starts `airflow celery worker` (one pool process, queue `default`, no log server),
-    /// in a process group of its own, and waits until Celery says it is ready.
-    fn start_worker(&mut self) {
-        let command = self.airflow(&support::airflow::celery_worker_args("overseer-interop@%h"));
-        self.start_group(WORKER, command);
-        let log = self.log_path(WORKER);
-        self.wait_until("the Celery worker is ready", RUN_DEADLINE, || {
-            read(&log).contains(" ready.").then_some(())
-        });
-    }
-
-    /// SIGTERM to the Celery worker's process group (SIGKILL after the grace period),
-    /// until none of the group is left; the worker's exit status.
-    fn stop_worker(&mut self) -> ExitStatus {
-        self.procs.note_ours();
-        let index = self
-            .procs
-            .started
-            .iter()
-            .position(|p| p.name == WORKER && !p.reaped)
-            .expect("the Celery worker runs");
-        let pgid = self.procs.started[index].child.id();
-        signal_group(pgid, "TERM");
-        let process = &mut self.procs.started[index];
-        let status = wait_deadline(&mut process.child, STOP_GRACE);
-        process.reaped = true;
-        let in_group = || {
-            proc_table()
-                .into_iter()
-                .any(|p| p.pgrp == pgid && p.state != 'Z')
-        };
-        let until = Instant::now() + STOP_GRACE;
-        while in_group() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if status.is_none() || in_group() {
-            signal_group(pgid, "KILL");
-            let until = Instant::now() + Duration::from_secs(5);
-            while in_group() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        assert!(
-            !in_group(),
-            "the Celery worker's process group outlived SIGKILL"
-        );
-        status.unwrap_or_else(|| panic!("the Celery worker ignored SIGTERM for {STOP_GRACE:?}"))
-    }
-
-    /// Starts `overseer serve --bind 127.0.0.1:0` and returns the address it logs.
-    fn start_overseer(&mut self) -> String {
-        let command = self.overseer(&["serve", "--bind", "127.0.0.1:0"]);
-        self.start("overseer", command);
-        let log = self.log_path("overseer");
-        self.wait_until(
-            "overseer serve says it is running",
-            Duration::from_secs(60),
-            || {
-                std::fs::read_to_string(&log).ok().and_then(|text| {
-                    text.split("listening on http://")
-                        .nth(1)
-                        .and_then(|rest| rest.split_whitespace().next())
-                        .map(str::to_owned)
-                })
-            },
-        )
-    }
-
-    /// SIGTERM to `overseer serve`, and its exit status.
-    fn stop_overseer(&mut self) -> ExitStatus {
-        let process = self
-            .procs
-            .started
-            .iter_mut()
-            .find(|p| p.name == "overseer" && !p.reaped)
-            .expect("overseer runs");
-        signal(process.child.id(), "TERM");
-        let status = wait_deadline(&mut process.child, STOP_GRACE);
-        let status = status.unwrap_or_else(|| {
-            signal(process.child.id(), "KILL");
-            process.child.wait().expect("overseer is reaped")
-        });
-        process.reaped = true;
-        status
-    }
-
-    /// Polls `probe` every 250 ms until it answers, failing the test (with every process's
-    /// log tail) at `deadline`; a process of ours that died meanwhile fails it at once.
-    fn wait_until<T>(
-        &mut self,
-        what: &str,
-        deadline: Duration,
-        mut probe: impl FnMut() -> Option<T>,
-    ) -> T {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(answer) = probe() {
-                return answer;
-            }
-            self.procs.check_ours(what);
-            assert!(Instant::now() < until, "{what}: not within {deadline:?}");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let tails = self.procs.tails();
-            eprintln!("interop: the test failed; the last lines of each process:\n{tails}");
-        }
-        if !self.procs.stopped {
-            let strays = self.procs.stop_all(STOP_GRACE);
-            if !strays.is_empty() {
-                eprintln!("interop: could not stop {strays:?}");
-            }
-        }
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("interop: kept the run folder {}", dir.keep().display());
-        }
-    }
-}
-
-/// A GET with no credentials: status and body, any status; a transport error is a 0.
-fn get(url: &str) -> (u16, String) {
-    match ureq::get(url).timeout(Duration::from_secs(10)).call() {
-        Ok(response) => (
-            response.status(),
-            response.into_string().unwrap_or_default(),
-        ),
-        Err(ureq::Error::Status(status, response)) => {
-            (status, response.into_string().unwrap_or_default())
-        }
-        Err(_) => (0, String::new()),
-    }
-}
-
-/// A health report, or `None` while the server is not answering 200 with JSON.
-fn try_get_json(url: &str) -> Option<Value> {
-    match get(url) {
-        (200, body) => serde_json::from_str(&body).ok(),
-        _ => None,
-    }
-}
-
-fn get_json(url: &str) -> Value {
-    let (status, body) = get(url);
-    assert_eq!(status, 200, "GET {url}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+        process.child.wait().expect("overseer is reaped")
+    });
+    process.reaped = true;
+    status
 }
 
 /// Airflow's three components, as the health JSON names them.
@@ -1262,11 +951,7 @@ fn heartbeat(report: &Value, component: &str) -> DateTime<FixedOffset> {
 
 /// Overseer's Celery executor instance, if listed.
 fn celery_instance(report: &Value) -> Option<Value> {
-    report["executor"]["instances"]
-        .as_array()?
-        .iter()
-        .find(|i| i["executor"] == "CeleryExecutor")
-        .cloned()
+    support::celery(report).cloned()
 }
 
 /// Where Overseer's report differs from Airflow's on a field Airflow has. Heartbeats may

@@ -27,20 +27,14 @@
 
 mod support;
 
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use overseer::config::duration;
-use overseer_testkit::TestDb;
 use serde_json::Value;
-use support::procs::{
-    Process, Processes, Timings, proc_table, read, signal_group, tail, wait_deadline,
-};
+use support::airflow::{CLI_DEADLINE, START_DEADLINE, STOP_GRACE};
+use support::airflow_run::{Run, SCHEDULE_DEADLINE, Setup, try_get_json};
+use support::procs::{Timings, group_gone_within, signal_group};
 
-/// The binary under test.
-const OVERSEER: &str = env!("CARGO_BIN_EXE_overseer");
 /// How Airflow 3.3.2 loads the Edge executor (it knows no short name for it).
 const EDGE_EXECUTOR: &str = "airflow.providers.edge3.executors.EdgeExecutor";
 /// A DAG with one task on a queue no edge worker serves.
@@ -62,13 +56,9 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(1);
 /// rule (5 of them without a heartbeat is `unknown`).
 const EDGE_HEARTBEAT_SECONDS: u64 = 2;
 
-const CLI_DEADLINE: Duration = Duration::from_secs(120);
-const START_DEADLINE: Duration = Duration::from_secs(240);
-const SCHEDULE_DEADLINE: Duration = Duration::from_secs(120);
 /// From the worker's death to `unknown`: five heartbeats, the scheduler's next look,
 /// and Overseer's next poll.
 const LOST_DEADLINE: Duration = Duration::from_secs(90);
-const STOP_GRACE: Duration = Duration::from_secs(20);
 /// Put in every process's environment, so a stray is found even when re-parented.
 const MARKER_VAR: &str = "INTEROP_EDGE_RUN";
 
@@ -78,22 +68,8 @@ async fn overseer_judges_a_real_edge_fleet() {
 
     // 1. install
     let started = Instant::now();
-    let venv = match overseer_testkit::venv::airflow() {
-        Ok(venv) if venv.join("bin/airflow").exists() => venv,
-        Ok(venv) => {
-            overseer_testkit::unavailable::<()>(
-                "the Airflow 3.3.2 venv (pip install from PyPI)",
-                format!("{} has no bin/airflow", venv.display()),
-            );
-            return;
-        }
-        Err(e) => {
-            overseer_testkit::unavailable::<()>(
-                "the Airflow 3.3.2 venv (pip install from PyPI)",
-                tail(&e, 30),
-            );
-            return;
-        }
+    let Some(venv) = support::airflow::venv() else {
+        return;
     };
     timings.add("install (cached after the first run)", started.elapsed());
     // Airflow's schema, as `airflow db migrate` leaves it (the Edge provider's
@@ -106,7 +82,17 @@ async fn overseer_judges_a_real_edge_fleet() {
         "Airflow's schema (airflow db migrate, once per server)",
         started.elapsed(),
     );
-    let mut run = Run::new(venv, &db.url);
+    let mut run = Run::new(
+        Setup {
+            name: "interop-edge",
+            marker_var: MARKER_VAR,
+            executor: EDGE_EXECUTOR,
+            dags: &[("overseer_edge_gpu.py", GPU_DAG)],
+        },
+        venv,
+        &db.url,
+    );
+    configure(&mut run);
     eprintln!("interop-edge: run folder {}", run.dir().display());
     let edge_columns = db.column_names("edge_worker").await;
     eprintln!("interop-edge: edge_worker after airflow db migrate: {edge_columns:?}");
@@ -146,8 +132,7 @@ async fn overseer_judges_a_real_edge_fleet() {
 
     // 4. a job on a queue nobody serves
     let started = Instant::now();
-    wait_for_rows(
-        &mut run,
+    run.wait_for_rows(
         &db,
         "the DAG processor stored the gpu DAG, unpaused",
         SCHEDULE_DEADLINE,
@@ -165,15 +150,15 @@ async fn overseer_judges_a_real_edge_fleet() {
         "airflow dags trigger failed:\n{}",
         trigger.log
     );
-    let jobs = wait_for_rows(
-        &mut run,
-        &db,
-        "the EdgeExecutor wrote the job to edge_job",
-        SCHEDULE_DEADLINE,
-        "SELECT queue || ' ' || state FROM edge_job",
-        |rows| !rows.is_empty(),
-    )
-    .await;
+    let jobs = run
+        .wait_for_rows(
+            &db,
+            "the EdgeExecutor wrote the job to edge_job",
+            SCHEDULE_DEADLINE,
+            "SELECT queue || ' ' || state FROM edge_job",
+            |rows| !rows.is_empty(),
+        )
+        .await;
     eprintln!("interop-edge: edge_job rows: {jobs:?}");
     let unserved = run.wait_until(
         "Overseer says unhealthy, naming queue gpu",
@@ -197,7 +182,7 @@ async fn overseer_judges_a_real_edge_fleet() {
 
     // 5. the worker lost
     let killed = Instant::now();
-    run.kill_worker();
+    kill_worker(&mut run);
     let lost = run.wait_until(
         "Overseer's reason says the worker is unknown",
         LOST_DEADLINE,
@@ -236,25 +221,37 @@ async fn overseer_judges_a_real_edge_fleet() {
     eprintln!("interop-edge: phase timings\n{}", timings.render());
 }
 
+/// The Edge executor's configuration (the worker API in the api-server, where the
+/// worker finds it, its heartbeat and job polls) and Overseer's quick supervisor.
+fn configure(run: &mut Run) {
+    let api = run.api_url("");
+    run.env("AIRFLOW__EDGE__API_ENABLED", "True");
+    run.env(
+        "AIRFLOW__EDGE__API_URL",
+        format!("{api}/edge_worker/v1/rpcapi"),
+    );
+    run.env(
+        "AIRFLOW__EDGE__HEARTBEAT_INTERVAL",
+        EDGE_HEARTBEAT_SECONDS.to_string(),
+    );
+    run.env("AIRFLOW__EDGE__JOB_POLL_INTERVAL", "1");
+    run.overseer_env(
+        "OVERSEER_SUPERVISOR__POLL_INTERVAL",
+        duration::format(POLL_INTERVAL),
+    );
+    run.overseer_env(
+        "OVERSEER_SUPERVISOR__POLL_TIMEOUT",
+        duration::format(POLL_TIMEOUT),
+    );
+}
+
 /// Airflow's three processes, one edge worker, and `overseer serve`; answers
 /// Overseer's health URL.
 fn start_up(run: &mut Run) -> String {
-    let api_port = run.api_port.to_string();
     run.start("scheduler", run.airflow(&["scheduler"]));
     run.start("dag-processor", run.airflow(&["dag-processor"]));
-    run.start(
-        "api-server",
-        run.airflow(&[
-            "api-server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &api_port,
-            "--workers",
-            "1",
-        ]),
-    );
-    let health = format!("http://127.0.0.1:{api_port}/api/v2/monitor/health");
+    run.start_api_server();
+    let health = run.api_url("/api/v2/monitor/health");
     run.wait_until("Airflow's api-server answers", START_DEADLINE, || {
         try_get_json(&health)
     });
@@ -269,21 +266,24 @@ fn start_up(run: &mut Run) -> String {
         "2",
     ]);
     run.start_group("edge-worker", worker);
-    let overseer = run.overseer(&["serve", "--bind", "127.0.0.1:0"]);
-    run.start("overseer", overseer);
-    let log = run.log_path("overseer");
-    let address = run.wait_until(
-        "overseer serve says it is running",
-        Duration::from_secs(60),
-        || {
-            read(&log)
-                .split("listening on http://")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .map(str::to_owned)
-        },
-    );
+    let address = run.start_overseer();
     format!("http://{address}/api/v2/monitor/health")
+}
+
+/// SIGKILL to the edge worker's whole process group, until none of it is left.
+fn kill_worker(run: &mut Run) {
+    run.procs.note_ours();
+    let process = run
+        .running(|name| name == "edge-worker")
+        .expect("the edge worker runs");
+    let pgid = process.child.id();
+    signal_group(pgid, "KILL");
+    let _ = process.child.wait();
+    process.reaped = true;
+    assert!(
+        group_gone_within(pgid, Duration::from_secs(10)),
+        "the edge worker's group outlived SIGKILL"
+    );
 }
 
 /// Overseer's EdgeExecutor instance, if listed.
@@ -308,270 +308,4 @@ fn queue(instance: &Value, name: &str) -> Option<Value> {
         .iter()
         .find(|q| q["name"] == name)
         .cloned()
-}
-
-/// Polls `sql` until `accept` takes its rows.
-async fn wait_for_rows(
-    run: &mut Run,
-    db: &TestDb,
-    what: &str,
-    deadline: Duration,
-    sql: &str,
-    accept: impl Fn(&[String]) -> bool,
-) -> Vec<String> {
-    let until = Instant::now() + deadline;
-    loop {
-        let rows = db.strings(sql).await;
-        if accept(&rows) {
-            return rows;
-        }
-        run.procs.check_ours(what);
-        assert!(
-            Instant::now() < until,
-            "{what}: not within {deadline:?}; last read {rows:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// One run: its folder, its processes, the environment they share. Dropping it stops
-/// every process (also when an assertion failed).
-struct Run {
-    dir: Option<tempfile::TempDir>,
-    venv: PathBuf,
-    sql_alchemy_conn: String,
-    api_port: u16,
-    jwt_secret: String,
-    /// What the run started, and every process of theirs seen.
-    procs: Processes,
-}
-
-struct Finished {
-    status: ExitStatus,
-    log: String,
-}
-
-impl Run {
-    fn new(venv: PathBuf, db_url: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("overseer-interop-edge-")
-            .tempdir()
-            .expect("a run folder");
-        for sub in ["dags", "airflow-home", "logs"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
-        std::fs::write(dir.path().join("dags/overseer_edge_gpu.py"), GPU_DAG).unwrap();
-        let sql_alchemy_conn = match db_url.split_once("://") {
-            Some((_, rest)) => format!("postgresql+psycopg2://{rest}"),
-            None => panic!("a Postgres URL: {db_url}"),
-        };
-        let marker = overseer_testkit::unique_name("interop_edge");
-        Self {
-            dir: Some(dir),
-            venv,
-            sql_alchemy_conn,
-            api_port: overseer_testkit::throwaway::free_port(),
-            jwt_secret: format!("overseer-interop-edge-{marker}"),
-            procs: Processes::new(MARKER_VAR, marker),
-        }
-    }
-
-    fn dir(&self) -> &Path {
-        self.dir.as_ref().expect("the run folder").path()
-    }
-
-    fn log_path(&self, name: &str) -> PathBuf {
-        self.dir().join("logs").join(format!("{name}.log"))
-    }
-
-    /// A command with a clean environment: the basics, the venv first on the PATH, the
-    /// run's marker, and Airflow's configuration (which Overseer reads too).
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut command = Command::new(program);
-        command
-            .current_dir(self.dir())
-            .env_clear()
-            .stdin(Stdio::null());
-        for var in ["HOME", "TMPDIR", "LANG"] {
-            if let Ok(value) = std::env::var(var) {
-                command.env(var, value);
-            }
-        }
-        let path = std::env::var("PATH").unwrap_or_default();
-        let api = format!("http://127.0.0.1:{}", self.api_port);
-        command
-            .env(
-                "PATH",
-                format!("{}:{path}", self.venv.join("bin").display()),
-            )
-            .env(MARKER_VAR, &self.procs.marker)
-            .env("PYTHONUNBUFFERED", "1")
-            .env("AIRFLOW_HOME", self.dir().join("airflow-home"))
-            .env(
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                &self.sql_alchemy_conn,
-            )
-            .env("AIRFLOW__CORE__EXECUTOR", EDGE_EXECUTOR)
-            .env("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-            .env("AIRFLOW__CORE__DAGS_FOLDER", self.dir().join("dags"))
-            .env(
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
-                format!("{api}/execution/"),
-            )
-            .env("AIRFLOW__API_AUTH__JWT_SECRET", &self.jwt_secret)
-            .env("AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES", "1")
-            // The Edge worker API in the api-server, and where the worker finds it.
-            .env("AIRFLOW__EDGE__API_ENABLED", "True")
-            .env(
-                "AIRFLOW__EDGE__API_URL",
-                format!("{api}/edge_worker/v1/rpcapi"),
-            )
-            .env(
-                "AIRFLOW__EDGE__HEARTBEAT_INTERVAL",
-                EDGE_HEARTBEAT_SECONDS.to_string(),
-            )
-            .env("AIRFLOW__EDGE__JOB_POLL_INTERVAL", "1");
-        command
-    }
-
-    fn airflow(&self, args: &[&str]) -> Command {
-        let mut command = self.command(self.venv.join("bin/airflow"));
-        command.args(args);
-        command
-    }
-
-    fn overseer(&self, args: &[&str]) -> Command {
-        let mut command = self.command(OVERSEER);
-        command
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env(
-                "OVERSEER_SUPERVISOR__POLL_INTERVAL",
-                duration::format(POLL_INTERVAL),
-            )
-            .env(
-                "OVERSEER_SUPERVISOR__POLL_TIMEOUT",
-                duration::format(POLL_TIMEOUT),
-            );
-        command
-    }
-
-    fn start(&mut self, name: &str, command: Command) {
-        self.launch(name, command, false);
-    }
-
-    fn start_group(&mut self, name: &str, mut command: Command) {
-        command.process_group(0);
-        self.launch(name, command, true);
-    }
-
-    fn launch(&mut self, name: &str, mut command: Command, group: bool) {
-        let log = self.log_path(name);
-        let file = std::fs::File::create(&log).expect("a log file");
-        let child = command
-            .stdout(file.try_clone().expect("the log file"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        self.procs.started.push(Process {
-            name: name.to_owned(),
-            child,
-            log,
-            group,
-            reaped: false,
-        });
-        self.procs.note_ours();
-    }
-
-    fn finish(&mut self, mut command: Command, name: &str, deadline: Duration) -> Finished {
-        let log = self.log_path(name);
-        let file = std::fs::File::create(&log).expect("a log file");
-        let mut child = command
-            .stdout(file.try_clone().expect("the log file"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        let status = wait_deadline(&mut child, deadline);
-        let log = read(&log);
-        match status {
-            Some(status) => Finished { status, log },
-            None => panic!(
-                "{name} did not finish within {deadline:?}:\n{}",
-                tail(&log, 40)
-            ),
-        }
-    }
-
-    /// SIGKILL to the edge worker's whole process group, until none of it is left.
-    fn kill_worker(&mut self) {
-        self.procs.note_ours();
-        let process = self
-            .procs
-            .started
-            .iter_mut()
-            .find(|p| p.name == "edge-worker" && !p.reaped)
-            .expect("the edge worker runs");
-        let pgid = process.child.id();
-        signal_group(pgid, "KILL");
-        let _ = process.child.wait();
-        process.reaped = true;
-        let until = Instant::now() + Duration::from_secs(10);
-        let in_group = || {
-            proc_table()
-                .into_iter()
-                .any(|p| p.pgrp == pgid && p.state != 'Z')
-        };
-        while in_group() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(!in_group(), "the edge worker's group outlived SIGKILL");
-    }
-
-    /// Polls `probe` every 250 ms until it answers; fails at `deadline`, or at once
-    /// when a process of ours died meanwhile.
-    fn wait_until<T>(
-        &mut self,
-        what: &str,
-        deadline: Duration,
-        mut probe: impl FnMut() -> Option<T>,
-    ) -> T {
-        let until = Instant::now() + deadline;
-        loop {
-            if let Some(answer) = probe() {
-                return answer;
-            }
-            self.procs.check_ours(what);
-            assert!(Instant::now() < until, "{what}: not within {deadline:?}");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let tails = self.procs.tails();
-            eprintln!("interop-edge: the test failed; the last lines of each process:\n{tails}");
-        }
-        if !self.procs.stopped {
-            let strays = self.procs.stop_all(STOP_GRACE);
-            if !strays.is_empty() {
-                eprintln!("interop-edge: could not stop {strays:?}");
-            }
-        }
-        if std::thread::panicking()
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("interop-edge: kept the run folder {}", dir.keep().display());
-        }
-    }
-}
-
-/// A health report, or `None` while the server does not answer 200 with JSON.
-fn try_get_json(url: &str) -> Option<Value> {
-    let response = ureq::get(url)
-        .timeout(Duration::from_secs(10))
-        .call()
-        .ok()?;
-    serde_json::from_str(&response.into_string().ok()?).ok()
 }

@@ -4,7 +4,8 @@
 //! shared venv is never written to), Airflow's configuration as environment
 //! variables on a fresh Postgres database, and the api-server in a process group
 //! of its own, stopped as a whole; no process of the run is left behind.
-//! Shared by `airflow_plugin.rs` and `airflow_health.rs`.
+//! Shared by `airflow_plugin.rs` and `airflow_health.rs`; its free functions also
+//! by the other Airflow tests and the interop tests' harness (`airflow_run.rs`).
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -72,7 +73,6 @@ impl Airflow {
             .prefix("overseer-airflow-plugin-")
             .tempdir()
             .expect("a run folder");
-        let rest = db_url.split_once("://").expect("a Postgres URL").1;
         let api_port = overseer_testkit::throwaway::free_port();
         let marker = overseer_testkit::unique_name("plugin");
         let home = dir.path().join("airflow-home");
@@ -83,7 +83,7 @@ impl Airflow {
             ("PYTHONDONTWRITEBYTECODE", "1".into()),
             (
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                format!("postgresql+psycopg2://{rest}"),
+                sql_alchemy_conn(db_url),
             ),
             ("AIRFLOW__CORE__LOAD_EXAMPLES", "False".into()),
             // No login: every request is an admin's (Airflow's SimpleAuthManager).
@@ -321,15 +321,11 @@ pub async fn migrated_db(venv: &Path) -> Option<overseer_testkit::TestDb> {
     );
     overseer_testkit::postgres_from_template(&template, |url| {
         let home = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let rest = url.split_once("://").expect("a Postgres URL").1;
         let mut migrate = clean_command(venv.join("bin/airflow"), home.path(), venv);
         migrate
             .args(["db", "migrate"])
             .env("AIRFLOW_HOME", home.path())
-            .env(
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                format!("postgresql+psycopg2://{rest}"),
-            )
+            .env("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", sql_alchemy_conn(url))
             .env("AIRFLOW__CORE__LOAD_EXAMPLES", "False");
         match finish(migrate, MIGRATE_DEADLINE, None) {
             (true, _) => Ok(()),
@@ -343,35 +339,47 @@ pub async fn migrated_db(venv: &Path) -> Option<overseer_testkit::TestDb> {
 /// what it printed (its standard output goes to `stdout` instead, when given).
 pub fn finish(mut command: Command, deadline: Duration, stdout: Option<&Path>) -> (bool, String) {
     let log = tempfile::NamedTempFile::new().expect("a log file");
-    let file = log.reopen().unwrap();
+    let what = format!("{command:?}");
+    let (status, text) = finish_logged(&mut command, &what, deadline, log.path(), stdout);
+    (status.success(), text)
+}
+
+/// Runs `command` to its end, its output to `log` (its standard output to `stdout`
+/// instead, when given): how it ended, and what `log` holds. Killed at `deadline`,
+/// which fails the test, naming it `what`.
+pub fn finish_logged(
+    command: &mut Command,
+    what: &str,
+    deadline: Duration,
+    log: &Path,
+    stdout: Option<&Path>,
+) -> (std::process::ExitStatus, String) {
+    let file = std::fs::File::create(log).expect("a log file");
     let out = match stdout {
         Some(path) => std::fs::File::create(path).unwrap(),
-        None => file.try_clone().unwrap(),
+        None => file.try_clone().expect("the log file"),
     };
     let mut child = command
         .stdout(out)
         .stderr(file)
         .spawn()
-        .unwrap_or_else(|e| panic!("{command:?} starts: {e}"));
-    let until = Instant::now() + deadline;
-    let status = loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            break Some(status);
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+        .unwrap_or_else(|e| panic!("{what} starts: {e}"));
+    let status = super::procs::wait_deadline(&mut child, deadline);
+    let text = super::procs::read(log);
     match status {
-        Some(status) => (status.success(), text),
+        Some(status) => (status, text),
         None => panic!(
-            "{command:?} did not finish within {deadline:?}:\n{}",
+            "{what} did not finish within {deadline:?}:\n{}",
             tail(&text)
         ),
+    }
+}
+
+/// Airflow's SQLAlchemy URL (psycopg2) for the Postgres database at `db_url`.
+pub fn sql_alchemy_conn(db_url: &str) -> String {
+    match db_url.split_once("://") {
+        Some((_, rest)) => format!("postgresql+psycopg2://{rest}"),
+        None => panic!("a Postgres URL: {db_url}"),
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod airflow;
+pub mod airflow_run;
 pub mod browser;
 pub mod procs;
 pub mod stall;

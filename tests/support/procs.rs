@@ -81,6 +81,22 @@ pub fn signal_group(pgid: u32, signal: &str) {
         .status();
 }
 
+/// True while a process of the group `pgid` runs (zombies aside).
+pub fn in_group(pgid: u32) -> bool {
+    proc_table()
+        .into_iter()
+        .any(|p| p.pgrp == pgid && p.state != 'Z')
+}
+
+/// Waits, at most `within`, until no process of the group `pgid` runs; whether none does.
+pub fn group_gone_within(pgid: u32, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while in_group(pgid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    !in_group(pgid)
+}
+
 /// Waits for `child` until `deadline`; kills it and answers `None` when it is late.
 pub fn wait_deadline(child: &mut Child, deadline: Duration) -> Option<ExitStatus> {
     let until = Instant::now() + deadline;
@@ -154,7 +170,7 @@ pub struct Process {
 /// seen alive: what `stop_all` ends, and what must not be left behind.
 pub struct Processes {
     /// The environment variable every process of the run carries, and its value.
-    marker_var: &'static str,
+    pub marker_var: &'static str,
     pub marker: String,
     /// In the order started.
     pub started: Vec<Process>,
