@@ -8,9 +8,14 @@
 //! and configuration, and `dpkg -P` removes everything.
 //!
 //! Needs root, `dpkg`, `cargo deb` (`cargo install cargo-deb`), `systemd-analyze`,
-//! `setpriv`, Postgres and `redis-server`; without one, it says SKIPPED (and
-//! fails under `CI`). It installs system-wide, so it purges the package when it
-//! ends, passed or failed.
+//! `setpriv`, `unshare` and overlayfs, Postgres and `redis-server`; without one,
+//! it says SKIPPED (and fails under `CI`).
+//!
+//! The machine is left as it was found: the test runs again, alone, in a mount
+//! namespace of its own (`unshare --mount`) where `/etc`, `/usr` and `/var` are
+//! overlays whose writes land in the test's folder. dpkg's database, the
+//! package's files, its user and the enabled unit exist only there, and vanish
+//! with the namespace; the services on loopback are the machine's own.
 //!
 //! No systemd runs as this machine's init (`systemctl start` says "System has
 //! not been booted with systemd"): `systemctl enable --now` enables the unit,
@@ -57,23 +62,85 @@ fn must(program: &str, args: &[&str]) -> String {
     text
 }
 
+/// The test's own name, which its copy in a root of its own runs.
+const TEST: &str =
+    "the_package_installs_from_the_readme_runs_on_airflows_environment_and_removes_cleanly";
+/// Set, to the folder holding the overlays' writes, in that copy.
+const OWN_ROOT: &str = "OVERSEER_PACKAGE_TEST_ROOT";
+/// What dpkg, the package's scripts and `systemctl enable` write to.
+const OVERLAID: [&str; 3] = ["/etc", "/usr", "/var"];
+
 /// What the test needs beyond the services: the tools, and root.
 fn tools_missing() -> Option<String> {
     let root = output("id", &["-u"]).1.trim() == "0";
     if !root {
-        return Some("root (dpkg installs system-wide)".into());
+        return Some("root (dpkg and a mount namespace of the test's own)".into());
     }
     for (program, args) in [
         ("dpkg", &["--version"][..]),
         ("cargo", &["deb", "--version"]),
         ("systemd-analyze", &["--version"]),
         ("setpriv", &["--version"]),
+        ("unshare", &["--version"]),
     ] {
         if !output(program, args).0 {
             return Some(format!("{program} {}", args.join(" ")));
         }
     }
+    let overlays = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if !overlays.lines().any(|l| l.trim_end().ends_with("overlay")) {
+        return Some("overlayfs (modprobe overlay)".into());
+    }
     None
+}
+
+/// Runs this test again in a mount namespace of its own, its output shown with
+/// this one's; the package must then be unknown to the machine's dpkg.
+fn in_a_root_of_its_own() {
+    let installed_before = output("dpkg-query", &["-W", PACKAGE]).0;
+    let user_before = output("getent", &["passwd", "overseer"]).0;
+    let scratch = workdir();
+    let status = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWN_ROOT, scratch.path())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the package test in its own root failed ({status}): its output is above"
+    );
+    if !installed_before {
+        assert!(
+            !output("dpkg-query", &["-W", PACKAGE]).0,
+            "the machine's dpkg knows the package"
+        );
+        assert!(!Path::new("/usr/bin/overseer").exists());
+        assert!(!Path::new("/etc/overseer").exists());
+    }
+    if !user_before {
+        assert!(
+            !output("getent", &["passwd", "overseer"]).0,
+            "the package's user reached the machine's /etc/passwd"
+        );
+    }
+}
+
+/// In the namespace: `/etc`, `/usr` and `/var` overlaid, their writes in `scratch`.
+fn overlay_the_system(scratch: &Path) {
+    for dir in OVERLAID {
+        let own = scratch.join(dir.trim_start_matches('/'));
+        let (upper, work) = (own.join("upper"), own.join("work"));
+        std::fs::create_dir_all(&upper).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let options = format!(
+            "lowerdir={dir},upperdir={},workdir={}",
+            upper.display(),
+            work.display()
+        );
+        must("mount", &["-t", "overlay", "overlay", "-o", &options, dir]);
+    }
 }
 
 /// The commands of the README's "Install on an Airflow host": its first `sh` block.
@@ -118,7 +185,8 @@ fn environment_file(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Purges the package (and disables its unit) when the test ends, however it ends.
+/// Purges the package (and disables its unit) when the test ends, however it
+/// ends: within the namespace, for the steps after a failure.
 struct Installed;
 
 impl Drop for Installed {
@@ -155,9 +223,16 @@ fn build_package(dir: &Path, file: &str) -> PathBuf {
 
 #[tokio::test]
 async fn the_package_installs_from_the_readme_runs_on_airflows_environment_and_removes_cleanly() {
-    if let Some(missing) = tools_missing() {
-        overseer_testkit::unavailable::<()>("the packaging tools", missing);
-        return;
+    match std::env::var_os(OWN_ROOT) {
+        Some(scratch) => overlay_the_system(Path::new(&scratch)),
+        None => {
+            if let Some(missing) = tools_missing() {
+                overseer_testkit::unavailable::<()>("the packaging tools", missing);
+            } else {
+                in_a_root_of_its_own();
+            }
+            return;
+        }
     }
     let Some(db) = overseer_testkit::postgres().await else {
         return;
