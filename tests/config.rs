@@ -987,8 +987,11 @@ fn an_airflow_cfg_that_sets_nothing_means_airflows_defaults() {
     assert_eq!(executors[0]["name"].as_str(), Some("CeleryExecutor"));
     std::fs::remove_file(&toml).unwrap();
 
-    // Where Airflow has not made its database yet, serve says so and stops.
-    let out = run(overseer(dir.path()).env("AIRFLOW_HOME", &home).arg("serve"));
+    // Where Airflow has not made its database yet, serve says so and stops
+    // (on a port of its own: the README's serve may hold 8080 meanwhile).
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW_HOME", &home)
+        .args(["serve", "--bind", "127.0.0.1:0"]));
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let db_file = home.join("airflow.db");
     assert!(
