@@ -989,9 +989,11 @@ fn an_airflow_cfg_that_sets_nothing_means_airflows_defaults() {
 
     // Where Airflow has not made its database yet, serve says so and stops
     // (on a port of its own: the README's serve may hold 8080 meanwhile).
-    let out = run(overseer(dir.path())
-        .env("AIRFLOW_HOME", &home)
-        .args(["serve", "--bind", "127.0.0.1:0"]));
+    let out = run(overseer(dir.path()).env("AIRFLOW_HOME", &home).args([
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+    ]));
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let db_file = home.join("airflow.db");
     assert!(
@@ -1567,4 +1569,53 @@ fn each_teams_executor_is_supervised_with_its_teams_broker() {
             "{list}"
         );
     }
+
+    // One executor twice in a list, under two spellings: Airflow refuses it
+    // (ExecutorLoader compares module paths), so does Overseer, naming both.
+    // The same executor in two teams' lists is two executors.
+    for (list, key, problem) in [
+        (
+            "CeleryExecutor,fast:CeleryExecutor",
+            "executors[1].name",
+            "\"CeleryExecutor\" and \"fast:CeleryExecutor\" are one executor \
+             (airflow.providers.celery.executors.celery_executor.CeleryExecutor) configured twice \
+             in the global list",
+        ),
+        (
+            "LocalExecutor;team_a=CeleryExecutor,fast:airflow.providers.celery.executors.celery_executor.CeleryExecutor",
+            "executors[2].name",
+            "\"team_a=CeleryExecutor\" and \"team_a=fast:airflow.providers.celery.executors.celery_executor.CeleryExecutor\" \
+             are one executor (airflow.providers.celery.executors.celery_executor.CeleryExecutor) \
+             configured twice in team team_a's list",
+        ),
+    ] {
+        let out = run(overseer(dir.path())
+            .env("AIRFLOW__CORE__MULTI_TEAM", "true")
+            .env("AIRFLOW__CORE__EXECUTOR", list)
+            .arg("config"));
+        assert_eq!(out.code, Some(2), "{list}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim_end(),
+            format!(
+                "error: invalid configuration: {key} (from environment variable AIRFLOW__CORE__EXECUTOR): {problem}, \
+                 which Airflow refuses (\"Duplicate executors are not yet supported\")"
+            ),
+            "{list}"
+        );
+    }
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__MULTI_TEAM", "true")
+        .env(
+            "AIRFLOW__TEAM_A___CELERY__BROKER_URL",
+            "redis://127.0.0.1:6379/1",
+        )
+        .env(
+            "AIRFLOW__CORE__EXECUTOR",
+            "CeleryExecutor;team_a=CeleryExecutor",
+        )
+        .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0")
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let config: toml::Table = out.stdout.parse().unwrap();
+    assert_eq!(config["executors"].as_array().unwrap().len(), 2);
 }

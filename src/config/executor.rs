@@ -64,6 +64,24 @@ impl ExecutorName {
     }
 }
 
+impl ExecutorName {
+    /// The module path Airflow 3.3.2 loads for this entry
+    /// (`ExecutorLoader._get_executor_names`): a core short name stands for its
+    /// module, anything else is the path as written. Airflow tells executors
+    /// apart by it: two entries of one team with the same path are the same
+    /// executor configured twice.
+    pub fn module_path(&self) -> &str {
+        match self.class.as_str() {
+            "LocalExecutor" => "airflow.executors.local_executor.LocalExecutor",
+            "CeleryExecutor" => "airflow.providers.celery.executors.celery_executor.CeleryExecutor",
+            "KubernetesExecutor" => {
+                "airflow.providers.cncf.kubernetes.executors.kubernetes_executor.KubernetesExecutor"
+            }
+            path => path,
+        }
+    }
+}
+
 impl FromStr for ExecutorName {
     type Err = String;
 
@@ -203,7 +221,17 @@ mod tests {
         assert_eq!(teamed.to_string(), "team_a=fast:CeleryExecutor");
         assert!("a=CeleryExecutor".parse::<ExecutorName>().is_err());
 
+        assert_eq!(aliased.module_path(), provider.module_path());
+        assert_eq!(
+            "LocalExecutor"
+                .parse::<ExecutorName>()
+                .unwrap()
+                .module_path(),
+            "airflow.executors.local_executor.LocalExecutor"
+        );
+
         let custom: ExecutorName = "team:my.company.BatchExecutor".parse().unwrap();
+        assert_eq!(custom.module_path(), "my.company.BatchExecutor");
         assert_eq!(custom.kind(), ExecutorKind::Unchecked);
         assert_eq!(
             "LocalExecutor".parse::<ExecutorName>().unwrap().kind(),

@@ -151,20 +151,24 @@ impl AirflowEnv {
                 let teams = team_lists(list, multi_team).map_err(|problem| {
                     ConfigError::new("executors", list_origin.clone(), problem)
                 })?;
-                let mut executors = Vec::new();
+                // Every list is parsed before anything is made of one, so
+                // a refusal is the only line a bad list prints.
+                let mut parsed = Vec::new();
+                let mut count = 0;
                 for (team, entries) in teams {
+                    let names = names_of(&entries, team.as_deref(), count, &list_origin)?;
+                    count += names.len();
+                    parsed.push((team, names));
+                }
+                let mut executors = Vec::new();
+                for (team, names) in parsed {
                     let (team_celery, team_origins) = match &team {
                         None => (celery.clone(), field_origins.clone()),
                         Some(team) => CeleryEnv::read(&set_for, Some(team))?,
                     };
-                    for executor in executors_from(
-                        &entries,
-                        team.as_deref(),
-                        executors.len(),
-                        earlier_executors,
-                        &team_celery,
-                        &list_origin,
-                    )? {
+                    for executor in
+                        executors_from(&names, earlier_executors, &team_celery, &list_origin)
+                    {
                         let index = executors.len();
                         for (field, origin) in &team_origins {
                             env.origins
@@ -351,34 +355,62 @@ fn airflow_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-/// The executors of one list of Airflow's (a team's, with `team`), each keeping
-/// an earlier layer's settings for the same name; `first` is the index of the
-/// first, for errors.
-fn executors_from(
+/// One of Airflow's executor lists (a team's, with `team`) parsed as Airflow's
+/// `ExecutorLoader` parses it, with its refusal of one executor twice in a
+/// list (the same module path); `first` is the index of the first, for errors.
+fn names_of(
     list: &str,
     team: Option<&str>,
     first: usize,
-    earlier: &[Dict],
-    celery: &CeleryEnv,
     origin: &str,
-) -> Result<Vec<Dict>, ConfigError> {
-    let mut executors = Vec::new();
+) -> Result<Vec<ExecutorName>, ConfigError> {
+    let mut names: Vec<ExecutorName> = Vec::new();
     for (index, entry) in list.split(',').map(str::trim).enumerate() {
         let key = format!("executors[{}].name", first + index);
         let mut name: ExecutorName = entry
             .parse()
-            .map_err(|problem| ConfigError::new(key, origin, problem))?;
+            .map_err(|problem| ConfigError::new(key.clone(), origin, problem))?;
         name.team = team.map(str::to_owned);
-        let name = name.to_string();
-        let mut executor = earlier
-            .iter()
-            .find(|e| name_of(e) == Some(name.as_str()))
-            .cloned()
-            .unwrap_or_else(|| Dict::from([("name".to_owned(), Value::from(name.clone()))]));
-        apply_celery(&mut executor, celery, Some(origin));
-        executors.push(executor);
+        if let Some(twin) = names.iter().find(|n| n.module_path() == name.module_path()) {
+            let list = team.map_or("the global list".to_owned(), |t| format!("team {t}'s list"));
+            return Err(ConfigError::new(
+                key,
+                origin,
+                format!(
+                    "{:?} and {:?} are one executor ({}) configured twice in {list}, \
+                     which Airflow refuses (\"Duplicate executors are not yet supported\")",
+                    twin.to_string(),
+                    name.to_string(),
+                    name.module_path()
+                ),
+            ));
+        }
+        names.push(name);
     }
-    Ok(executors)
+    Ok(names)
+}
+
+/// The executors named in one of Airflow's lists, each keeping an earlier
+/// layer's settings for the same name.
+fn executors_from(
+    names: &[ExecutorName],
+    earlier: &[Dict],
+    celery: &CeleryEnv,
+    origin: &str,
+) -> Vec<Dict> {
+    names
+        .iter()
+        .map(|name| {
+            let name = name.to_string();
+            let mut executor = earlier
+                .iter()
+                .find(|e| name_of(e) == Some(name.as_str()))
+                .cloned()
+                .unwrap_or_else(|| Dict::from([("name".to_owned(), Value::from(name))]));
+            apply_celery(&mut executor, celery, Some(origin));
+            executor
+        })
+        .collect()
 }
 
 /// The `name` of an `[[executors]]` entry as the layers hold it.
