@@ -13,7 +13,7 @@ test *ARGS:
 
 # Overseer beside a real Airflow 3.3.2 (CeleryExecutor, Redis, Postgres), phase by phase.
 interop-airflow:
-    cargo nextest run --workspace -E 'binary(interop_airflow)' --no-capture
+    cargo nextest run --workspace -E 'test(/^interop_airflow::/)' --no-capture
 
 # The Airflow plugin: its card's tests and bundle (npm), then its wheel in dist/, as CI builds it.
 airflow-plugin:
@@ -22,7 +22,7 @@ airflow-plugin:
 
 # Retake the README's screenshot of Airflow's home page card (docs/airflow-home-card.png).
 screenshot:
-    OVERSEER_UPDATE_SCREENSHOT=1 cargo nextest run --workspace -E 'binary(airflow_home_card)'
+    OVERSEER_UPDATE_SCREENSHOT=1 cargo nextest run --workspace -E 'test(/^airflow_home_card::/)'
 
 # Run the whole suite N times with every core busy (scripts/saturate.sh): times and failures.
 loaded-runs N="3":

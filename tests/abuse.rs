@@ -1,7 +1,7 @@
 //! Bad and slow HTTP clients get clean errors and do not disturb the supervision:
 //! while they hammer the server, polls keep going, none is skipped or times out.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -30,7 +30,7 @@
 //! whatever the outcome. Needs the Airflow venv (PyPI the first time), Redis's
 //! `redis-server` and `redis-cli`, and the machine's RabbitMQ (`rabbitmqctl`).
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};

@@ -49,7 +49,7 @@
 //! Postgres and MariaDB on loopback and `redis-server`; without them it says
 //! SKIPPED, and fails under `CI`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;

@@ -33,7 +33,7 @@
 //! `redis-server`, Chromium and chromedriver; without them it says SKIPPED, and
 //! fails under `CI`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

@@ -24,7 +24,7 @@
 //! on `PYTHONPATH`, the api-server stopped by process group) is in
 //! `support/airflow.rs`, shared with `airflow_health.rs`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! arrives after the receiver was down, counted, while polling went on; and a
 //! webhook token that shows nowhere. Times are never asserted as performance.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

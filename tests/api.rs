@@ -2,7 +2,7 @@
 //! health JSON for rows of every component (fresh, stale, ended, several hosts),
 //! `?strict=true`, the SSE stream, `/metrics`, `/openapi.json`, and errors.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;

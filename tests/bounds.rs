@@ -4,7 +4,7 @@
 //! one line naming the key and exit code 2, never a panic; and a service run at
 //! the floors still stops on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! machine, and against a loopback port where nothing listens; a password in the
 //! broker URL appears nowhere: not in the log, the JSON, the metrics or the table.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::{Serving, get, overseer, workdir};

@@ -1,6 +1,6 @@
 //! The command line against real databases: `migrate up|status|down` and `serve`.
 
-mod support;
+use crate::support;
 
 use overseer_testkit::TestDb;
 use support::{Serving, overseer, run, workdir};

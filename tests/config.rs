@@ -1,7 +1,7 @@
 //! Configuration as a user meets it: `overseer config` and the one-line errors,
 //! through the real binary.
 
-mod support;
+use crate::support;
 
 use support::{overseer, run, workdir};
 

@@ -6,7 +6,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

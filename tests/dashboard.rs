@@ -9,7 +9,7 @@
 //! the states; on a narrow screen the executor's card comes first. The
 //! screenshots are kept in `target/artifacts/`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! first, and the filter by state and name, kept in the URL, keeps only what
 //! it names: also among 50 instances. Screenshots in `target/artifacts/`.
 
-mod support;
+use crate::support;
 
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::{Value, json};

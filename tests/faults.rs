@@ -1,7 +1,7 @@
 //! Faults, each with the real binary: the metadata database away for 20 s while
 //! the broker dies, SIGTERM, and a restart after `kill -9` with no ghost.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! the report flapped. A second, shorter test sets that old threshold and sees
 //! the flapping, so the counting is shown to catch it.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! `unhealthy`); each test prints what it saw, from the client's side with its
 //! own 20 ms reads, and asserts no durations.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

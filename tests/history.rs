@@ -4,7 +4,7 @@
 //! `previous` in the health JSON; `[history] retention` from the environment
 //! in `overseer config`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

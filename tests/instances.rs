@@ -2,7 +2,7 @@
 //! broker: both are instances, neither touches the other's rows, and stopping
 //! one leaves the other's entry healthy.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::{Serving, health_until, overseer, workdir};

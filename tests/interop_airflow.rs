@@ -50,7 +50,7 @@
 //! that none is left behind) is shared with `interop_edge.rs`; what only this test
 //! starts (the Redis broker, the Celery worker) is here.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -25,7 +25,7 @@
 //! Needs Postgres on loopback, `python3`, and PyPI the first time; without them it
 //! says SKIPPED, and fails under `CI`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! leaves frees its place; and the soft open-file limit is raised to the hard
 //! one at start.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

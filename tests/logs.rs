@@ -4,7 +4,7 @@
 //! one `INFO`; malformed HTTP requests, the clients' mistakes, are `DEBUG`. No
 //! password shows in any of it.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

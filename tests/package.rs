@@ -25,7 +25,7 @@
 //! place of `/etc/sysconfig/airflow` and `/etc/default/overseer`), so the
 //! machine's `/etc` is left alone.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,6 +65,12 @@ fn must(program: &str, args: &[&str]) -> String {
 /// The test's own name, which its copy in a root of its own runs.
 const TEST: &str =
     "the_package_installs_from_the_readme_runs_on_airflows_environment_and_removes_cleanly";
+/// A test of this file as the test binary names it (`package::TEST`: the
+/// module path less the crate).
+fn harness_name(test: &str) -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    format!("{module}::{test}")
+}
 /// Set, to the folder holding the overlays' writes, in that copy.
 const OWN_ROOT: &str = "OVERSEER_PACKAGE_TEST_ROOT";
 /// What dpkg, the package's scripts and `systemctl enable` write to.
@@ -103,7 +109,12 @@ fn in_a_root_of_its_own() {
     let status = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &harness_name(TEST),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(OWN_ROOT, scratch.path())
         .status()
         .unwrap();

@@ -1,6 +1,6 @@
 //! `overseer health` and `overseer jobs check`, as probes and people use them.
 
-mod support;
+use crate::support;
 
 use chrono::Utc;
 use overseer_testkit::TestDb;

@@ -17,7 +17,7 @@
 //! stopped by its pid when the guard is dropped, whatever the outcome. The
 //! machine's shared services are not touched.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

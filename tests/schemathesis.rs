@@ -4,7 +4,7 @@
 //! executor on the shared Redis gives its instance a `detail`, so the responses
 //! checked carry the evidence's schema with values, not only `null`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

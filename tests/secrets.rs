@@ -6,7 +6,7 @@
 //! space, `@`, `:`, `#`, `/`), so a mangled or half-parsed one cannot pass; a
 //! wrong password must make the verdict `unhealthy`, naming the broker.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

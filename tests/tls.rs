@@ -4,7 +4,7 @@
 
 #[path = "../crates/celery/tests/support/certs.rs"]
 mod certs;
-mod support;
+use crate::support;
 
 use certs::Pki;
 use overseer_testkit::throwaway::ThrowawayRedis;

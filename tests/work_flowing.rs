@@ -18,7 +18,7 @@
 //! own process (`--pool solo`: one process, no pool children), frozen, thawed and
 //! killed by its pid; a guard thaws and kills it whatever the test's outcome.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! and once it is SIGKILLed, with no task waiting, the executor is unhealthy,
 //! naming it, and stays so.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

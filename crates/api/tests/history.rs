@@ -3,7 +3,7 @@
 //! newest first, 400 for a bad filter, 503 when the database cannot be read or
 //! no reader was given, and the route in the OpenAPI document.
 
-mod support;
+use crate::support;
 
 use actix_web::http::StatusCode;
 use actix_web::test;

@@ -2,7 +2,7 @@
 //! queued-task gauges, line for line, for reports the core built with a
 //! [`Detail`](overseer_core::Detail) on this host's rows.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

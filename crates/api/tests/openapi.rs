@@ -4,7 +4,7 @@
 //! of its schema, and every property of the schema is a key, at every depth;
 //! every value has its property's type.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 //! embedding program builds it (`routes` plus the state), serving reports the
 //! core built. No socket, no database, no actor.
 
-mod support;
+use crate::support;
 
 use std::pin::pin;
 use std::sync::Arc;

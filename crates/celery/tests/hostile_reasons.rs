@@ -3,7 +3,7 @@
 //! terminal escapes. Whatever they say, the verdict's reason is one line of at
 //! most 240 characters, and a long list says how many it left out.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

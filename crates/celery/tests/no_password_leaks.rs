@@ -3,7 +3,7 @@
 //! with every log line at every level captured, then every verdict, reason, instance,
 //! probe (as JSON and as `Debug`) and error searched for each password.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

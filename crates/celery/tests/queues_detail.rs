@@ -8,7 +8,7 @@
 //! Each test gives its worker a control exchange and queues of its own, so parallel
 //! tests never hear each other's workers or read each other's queues.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

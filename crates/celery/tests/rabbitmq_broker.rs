@@ -1,7 +1,7 @@
 //! The RabbitMQ broker check against the machine's RabbitMQ, with tasks the real
 //! Celery client enqueued; and against a closed port and a listener that never speaks.
 
-mod support;
+use crate::support;
 
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use overseer_celery::{BrokerStatus, CeleryCheck, Probe, QueueDepth};

@@ -2,7 +2,7 @@
 //! real Celery client enqueued, and throwaway `redis-server`s that the tests kill,
 //! restart, protect with a password or make a replica.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! A broker reached through Redis Sentinel: throwaway master and sentinel servers.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,9 +3,8 @@
 //! right CA, each TLS failure with its own reason, a killed and restarted server
 //! flipping the verdict both ways, and no password in anything shown.
 
-#[path = "support/certs.rs"]
-mod certs;
-mod support;
+use crate::certs;
+use crate::support;
 
 use std::path::Path;
 

@@ -8,9 +8,8 @@
 //!
 //! One node is slow to start (several seconds), so one test walks every case.
 
-#[path = "support/certs.rs"]
-mod certs;
-mod support;
+use crate::certs;
+use crate::support;
 
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! makes of it), malformed ones give one clear line without the password, and the
 //! parser never panics, whatever it is given.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! Each test has a broker of its own (a throwaway Redis, a RabbitMQ virtual
 //! host of its own), so no other test's worker is heard.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

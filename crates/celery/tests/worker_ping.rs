@@ -7,7 +7,7 @@
 //! Each test gives its worker a control exchange of its own (Celery's
 //! `control_exchange`), so parallel tests never hear each other's workers.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

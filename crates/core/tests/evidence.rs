@@ -2,7 +2,7 @@
 //! reaches the report as it changes (the verdict unchanged), and the rules on
 //! work flowing turn it into a verdict there.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

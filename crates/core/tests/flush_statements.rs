@@ -19,7 +19,7 @@
 //! transactions, and to writes that follow the change: each verdict written
 //! once when it changes, never while it holds.
 
-mod support;
+use crate::support;
 
 use std::sync::{Mutex, Once};
 use std::time::Duration;

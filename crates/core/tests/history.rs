@@ -4,7 +4,7 @@
 //! host's rows), a transition made while Postgres is killed written when it
 //! returns, and old transitions pruned.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -4,7 +4,7 @@
 //! lost, refreshes that never read this process's own rows, and a JSON
 //! rendered only when the report changes.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! reads them for every executor, the index it uses on Postgres, and the
 //! verdict an executor with no check of its own gets from them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -910,8 +910,15 @@ fn alone_in_this_process(test: &str) -> bool {
     if std::env::var(ALONE).as_deref() == Ok(test) {
         return true;
     }
+    // The test binary names it by its module path, less the crate.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &format!("{module}::{test}"),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ALONE, test)
         .output()
         .unwrap();

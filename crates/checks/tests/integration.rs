@@ -1,0 +1,7 @@
+//! overseer-checks's integration tests, as modules of one test binary (one link
+//! instead of one per file); nextest still runs each test in a process of its
+//! own. Filter a file's tests by its module: `-E 'test(/^command::/)'`.
+
+mod command;
+mod edge;
+mod http;
