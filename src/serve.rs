@@ -39,6 +39,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
              [[executors]] entry in overseer.toml"
         );
     }
+    // A probe's descendant that leaves its group (setsid) would outlive it:
+    // this process adopts such orphans and ends them (its only children are
+    // its probes).
+    if config.executors.iter().any(|e| e.check_command.is_some())
+        && let Err(e) = overseer_checks::orphans::adopt()
+    {
+        tracing::warn!(
+            "cannot adopt the processes check commands leave in sessions of their own ({e}): \
+             a probe that starts one with setsid leaves it running"
+        );
+    }
     let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await
@@ -98,6 +109,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!("shutting down: writing the last verdicts");
     let _ = stopping.send(true);
     let (ended, (), ()) = tokio::join!(overseer.shutdown(), http.stop(true), alerts.stop());
+    // The probes are stopped: nothing they left behind runs on.
+    tokio::task::spawn_blocking(overseer_checks::orphans::sweep_at_exit)
+        .await
+        .ok();
     ended
         .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
         .context("while ending the executor rows")?;

@@ -252,3 +252,72 @@ check_command = ["{hangs}"]
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// A probe that starts a process in a session of its own (`setsid`, which
+/// leaves the probe's process group) and exits: Overseer adopts that orphan
+/// and ends it after the probe, so they never pile up one per poll, and none
+/// outlives Overseer.
+#[test]
+fn what_a_probe_leaves_in_a_session_of_its_own_is_ended_with_it() {
+    let dir = workdir();
+    // Unique to this test process, and short: were the test to fail, what it
+    // left ends by itself.
+    let marker = format!("30.{}", std::process::id());
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            r#"[supervisor]
+poll_interval = "300ms"
+poll_timeout = "250ms"
+heartbeat_interval = "200ms"
+refresh_interval = "100ms"
+
+[[executors]]
+name = "my.company.DaemonisingExecutor"
+check_command = ["sh", "-c", "setsid sleep {marker} >/dev/null 2>&1 </dev/null & echo ok"]
+"#
+        ),
+    )
+    .unwrap();
+    let serving = Serving::start(&mut overseer(dir.path()));
+    health_until(&serving, "the probe answered", |json| {
+        instance(json, "my.company.DaemonisingExecutor").is_some_and(|i| i["health"] == "healthy")
+    });
+
+    // Ten polls: one orphan per poll without the adoption. With it, at most the
+    // one the last probe left, for the moment before its sweep; no zombie stays.
+    let pid = serving.child.id();
+    let mut most = 0;
+    let mut most_zombies = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        most = most.max(alive_with(&marker));
+        most_zombies = most_zombies.max(zombies_of(pid).len());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(
+        most <= 2,
+        "{most} processes probes left behind were running at once"
+    );
+    assert!(
+        most_zombies <= 2,
+        "{most_zombies} zombies of overseer at once"
+    );
+    let json = health(&serving);
+    assert_eq!(
+        instance(&json, "my.company.DaemonisingExecutor").unwrap()["health"],
+        "healthy",
+        "{json}"
+    );
+
+    let (code, lines) = serving.terminate();
+    assert_eq!(code, Some(0), "{lines:?}");
+    let until = Instant::now() + Duration::from_secs(5);
+    while alive_with(&marker) > 0 {
+        assert!(
+            Instant::now() < until,
+            "a process a probe left outlived overseer"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

@@ -32,6 +32,9 @@
 //!   reaper reaps it: no zombie is left behind.
 //! - Once the program has exited, its pipes get [`PIPE_GRACE`] to close; a
 //!   process it left in the background still holding them is killed with the group.
+//! - A process it started in a session of its own (`setsid`), which leaves its
+//!   group, is ended after the probe where Overseer adopts orphans (the
+//!   `overseer` binary does): see [`crate::orphans`].
 //! - The instance is the program alone: arguments may carry a token. The value
 //!   of an option whose name says it is a credential (`--token s3cret`,
 //!   `--password=s3cret`: [`credential_arguments`]) is masked wherever the
@@ -238,7 +241,7 @@ impl CommandCheck {
             .kill_on_drop(true);
         #[cfg(unix)]
         command.process_group(0);
-        let mut child = match command.spawn() {
+        let mut child = match crate::orphans::spawning(|| command.spawn(), Child::id) {
             Ok(child) => child,
             Err(e) => return ExecutorHealth::unhealthy(self.cannot_start(&e)),
         };
@@ -252,7 +255,7 @@ impl CommandCheck {
             run_to_exit(&mut child, &group, stdout, stderr, &mut out, &mut err),
         )
         .await;
-        match ran {
+        let verdict = match ran {
             Ok(Ok(Ended::Flooded)) => {
                 self.kill(&mut child, &group).await;
                 self.flooded(&out, &err)
@@ -280,7 +283,10 @@ impl CommandCheck {
                     short(self.inner.deadline)
                 ))
             }
-        }
+        };
+        // What it left in a session of its own (setsid) is ended too.
+        crate::orphans::after_probe();
+        verdict
     }
 
     /// Kills the program's whole group, then the program, and reaps it.

@@ -44,6 +44,8 @@
 //! - [`http`]: [`HttpCheck`], a blocking `GET` (ureq), its status the verdict.
 //! - [`edge`]: [`EdgeCheck`], the `edge_worker` and `edge_job` rows read (sea-orm),
 //!   judged by one pure function ([`edge::judge`]).
+//! - [`orphans`]: the processes a probe leaves in a session of its own
+//!   (`setsid`), adopted and ended where the process may (the binary).
 //! - `budget`: the deadline a check gives itself inside `poll_timeout`.
 //! - [`error`]: [`Error`], this crate's one error type: a check that cannot be
 //!   built from its configuration.
@@ -55,6 +57,7 @@ pub mod command;
 pub mod edge;
 pub mod error;
 pub mod http;
+pub mod orphans;
 
 pub use command::CommandCheck;
 pub use edge::EdgeCheck;
