@@ -574,6 +574,23 @@ fn count_consumers(queues: &mut [QueueDepth], workers: &[WorkerDetail]) {
     }
 }
 
+/// Workers heard by their heartbeats, counted by state: `3 online, 1 gone`.
+fn workers_by_state(workers: &[overseer_core::detail::WorkerDetail]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for worker in workers {
+        let state = worker.state.as_deref().unwrap_or("unknown");
+        *counts.entry(state).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(state, n)| format!("{n} {state}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[async_trait::async_trait]
 impl HealthCheck for CeleryCheck {
     /// The verdict of [`Self::observe`].
@@ -585,11 +602,18 @@ impl HealthCheck for CeleryCheck {
     /// ([`CeleryCheck::latest`]), and returns its verdict with its [`Probe::detail`].
     async fn observe(&self) -> Observation {
         let probe = self.probe().await;
+        // The brokers in full (as many as configured); the workers counted, not
+        // listed: there may be 10,000 of them, and a line per poll of megabytes.
         tracing::debug!(
             instance = %self.inner.instance,
             health = probe.health.as_str(),
             reason = probe.reason.as_deref().unwrap_or(""),
-            detail = %serde_json::to_string(&probe).unwrap_or_default(),
+            brokers = %serde_json::to_string(&probe.brokers).unwrap_or_default(),
+            pinged = %probe.workers.as_ref().map_or_else(
+                || "off".to_owned(),
+                |p| format!("{} answered, {} errors", p.answered.len(), p.errors.len())
+            ),
+            heard = %probe.heartbeats.as_deref().map_or_else(|| "not yet".to_owned(), workers_by_state),
             "celery check"
         );
         let detail = probe.detail();

@@ -440,3 +440,86 @@ async fn with_the_defaults_a_killed_worker_is_caught_and_a_clean_stop_is_not() {
     );
     drop(third);
 }
+
+/// A heartbeat as a Celery 5.5.3 worker named `name` sends it, in kombu's
+/// Redis envelope (the body base64-encoded).
+fn forged_heartbeat(name: &str) -> String {
+    use base64::Engine as _;
+    let body = serde_json::json!({
+        "hostname": name, "utcoffset": 0, "pid": 4242, "clock": 1, "freq": 2.0,
+        "active": 0, "processed": 0, "loadavg": [0.1, 0.1, 0.1], "sw_ident": "py-celery",
+        "sw_ver": "5.5.3", "sw_sys": "Linux", "timestamp": 1.7e9, "type": "worker-heartbeat"
+    })
+    .to_string();
+    serde_json::json!({
+        "body": base64::engine::general_purpose::STANDARD.encode(body),
+        "content-encoding": "utf-8", "content-type": "application/json",
+        "headers": {"hostname": name},
+        "properties": {"delivery_mode": 1, "delivery_info": {"exchange": "celeryev",
+            "routing_key": "worker.heartbeat"}, "priority": 0, "body_encoding": "base64",
+            "delivery_tag": "00000000-0000-0000-0000-000000000000"}
+    })
+    .to_string()
+}
+
+/// Thousands of workers (forged heartbeats, as anyone who may publish on the
+/// broker can send): the check's debug line counts them by state, so a poll
+/// logs a line of its brokers, not one of every worker's name and heartbeat
+/// (2.3 MB a poll at 10,000 workers).
+#[tokio::test]
+async fn thousands_of_workers_are_counted_in_the_debug_line_not_listed() {
+    const WORKERS: usize = 3_000;
+    let logs = support::Logs::capture();
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let url = broker.url(None, 0);
+    let check = check(&url, &support::unique_name("overseer-ev"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let stop = stop.clone();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let bodies: Vec<String> = (0..WORKERS)
+                .map(|i| forged_heartbeat(&format!("celery@forged-{i:05}")))
+                .collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for body in &bodies {
+                    let _: i64 = redis::cmd("PUBLISH")
+                        .arg("/0.celeryev/worker.heartbeat")
+                        .arg(body)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    poll_until(&check, "every forged worker heard online", |_, probe| {
+        probe.detail().workers.is_some_and(|w| {
+            w.iter()
+                .filter(|w| w.state.as_deref() == Some("online"))
+                .count()
+                == WORKERS
+        })
+    })
+    .await;
+    // One more poll, whose line is read.
+    support::poll_within(&check, support::POLL_TIMEOUT).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    publisher.await.unwrap();
+
+    let logged = logs.text();
+    let line = logged
+        .lines()
+        .rfind(|l| l.contains("celery check"))
+        .expect("a debug line of the check");
+    assert!(
+        line.contains(&format!("heard={WORKERS} online")),
+        "{line:.2000}"
+    );
+    assert!(!line.contains("celery@forged-"), "{line:.2000}");
+    assert!(line.len() < 4096, "a line of {} bytes", line.len());
+}
