@@ -72,7 +72,11 @@ pub(crate) const WARM_UP: Duration = Duration::from_secs(4);
 pub(crate) const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 
 /// The most workers kept: a stream that names more (a hostile publisher) is
-/// not followed past it; the oldest-heard are dropped first.
+/// not followed past it. Past it, a tenth goes at once: the names heard only
+/// once first (a flood of forged names is that), the oldest-heard of them
+/// first, and a worker heard more than once only when those do not make a
+/// tenth; so a flood of new names never pushes out a worker that heartbeats,
+/// whose death is then still seen.
 const MAX_WORKERS: usize = 10_000;
 
 /// How long a worker gone or offline is still shown before it is forgotten.
@@ -210,6 +214,8 @@ struct Heard {
     /// When a heartbeat last came after it had said `worker-offline`: its
     /// heartbeats contradict the goodbye, and win while they continue.
     contradicted: Option<Instant>,
+    /// It was heard more than once: a worker, not a name a flood made up.
+    heard_again: bool,
 }
 
 /// A worker's state as its events tell it.
@@ -335,17 +341,17 @@ impl WorkerEvents {
     fn heard_at(&self, event: Event, now: Instant, now_at: DateTime<Utc>) {
         let mut inner = self.lock();
         if !inner.workers.contains_key(&event.hostname) && inner.workers.len() >= MAX_WORKERS {
-            // The oldest-heard tenth go at once: one pass over the map per
-            // tenth of the cap's new names, not one per name (a flood of new
-            // names scanned the whole map for each, under this lock).
-            let mut by_age: Vec<(Instant, String)> = inner
+            // A tenth goes at once (see MAX_WORKERS): one pass over the map
+            // per tenth of the cap's new names, not one per name (a flood of
+            // new names scanned the whole map for each, under this lock).
+            let mut by_age: Vec<(bool, Instant, String)> = inner
                 .workers
                 .iter()
-                .map(|(name, heard)| (heard.last, name.clone()))
+                .map(|(name, heard)| (heard.heard_again, heard.last, name.clone()))
                 .collect();
             let evict = (MAX_WORKERS / 10).max(1);
-            by_age.select_nth_unstable_by_key(evict - 1, |(last, _)| *last);
-            for (_, name) in by_age.into_iter().take(evict) {
+            by_age.select_nth_unstable_by_key(evict - 1, |(again, last, _)| (*again, *last));
+            for (_, _, name) in by_age.into_iter().take(evict) {
                 inner.workers.remove(&name);
             }
         }
@@ -373,6 +379,7 @@ impl WorkerEvents {
                     state,
                     said_offline: state == State::Offline,
                     contradicted: None,
+                    heard_again: false,
                 },
             );
             return;
@@ -393,6 +400,7 @@ impl WorkerEvents {
             heard.contradicted = Some(now);
         }
         // What this event does not say, the last one did.
+        heard.heard_again = true;
         heard.last = now;
         heard.last_at = now_at;
         heard.freq = freq;
@@ -727,5 +735,52 @@ mod tests {
                 .contains_key(&format!("celery@w{}", MAX_WORKERS / 10 + 1)),
             "only the oldest tenth went"
         );
+    }
+
+    /// A real worker heartbeats every 2 s while a flood names 20,000 new
+    /// workers a second: the flood's names go, the worker stays, and its
+    /// death is still seen two heartbeats later.
+    #[test]
+    fn a_flood_of_new_names_never_pushes_out_a_worker_that_heartbeats() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        events.lock().listening.insert(0, t0);
+        let real = "celery@real";
+        let mut forged = 0;
+        // 12 s: the real worker at 0, 2, ... 10 s; from 3 s on (it was heard
+        // twice by then), 200 forged names every 10 ms.
+        for tick in 0..1_200u64 {
+            let at = t0 + Duration::from_millis(tick * 10);
+            if tick % 200 == 0 {
+                events.heard_at(event("heartbeat", real), at, Utc::now());
+            }
+            for _ in 0..if tick < 300 { 0 } else { 200 } {
+                events.heard_at(
+                    event("heartbeat", &format!("celery@forged{forged}")),
+                    at,
+                    Utc::now(),
+                );
+                forged += 1;
+            }
+            assert!(events.lock().workers.len() <= MAX_WORKERS);
+            assert!(
+                events.lock().workers.contains_key(real),
+                "pushed out at {tick}0 ms"
+            );
+        }
+        let state = |at| {
+            events
+                .workers_at(at)
+                .unwrap()
+                .into_iter()
+                .find(|w| w.name == real)
+                .map(|w| w.state)
+        };
+        assert_eq!(
+            state(t0 + Duration::from_millis(11_990)),
+            Some(State::Online)
+        );
+        // Last heard at 10 s: gone past 14 s.
+        assert_eq!(state(t0 + Duration::from_millis(14_100)), Some(State::Gone));
     }
 }
