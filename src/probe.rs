@@ -71,14 +71,35 @@ pub fn health(
     } else {
         print!("{}", table(&report));
     }
-    let judged = if components.is_empty() {
-        &Component::ALL[..]
+    // Every component: none unhealthy, as Airflow's own `?strict=true` judges.
+    // The components named: each must have said healthy; one that has no
+    // verdict (nothing checked yet, or none supervised) is not taken for one.
+    let unhealthy = if components.is_empty() {
+        Component::ALL
+            .iter()
+            .any(|c| report[c.as_str()]["status"] == "unhealthy")
     } else {
-        components
+        let mut failed = false;
+        for component in components {
+            let entry = &report[component.as_str()];
+            match entry["status"].as_str() {
+                Some("healthy") => {}
+                Some(_) => failed = true,
+                None => {
+                    failed = true;
+                    let why = if entry.is_null() && *component == Component::Executor {
+                        "none supervised"
+                    } else if entry.is_null() {
+                        "not in the report"
+                    } else {
+                        "no verdict yet (nothing checked)"
+                    };
+                    eprintln!("{}: {why}", component.as_str());
+                }
+            }
+        }
+        failed
     };
-    let unhealthy = judged
-        .iter()
-        .any(|c| report[c.as_str()]["status"] == "unhealthy");
     Ok(if unhealthy {
         Outcome::Unhealthy
     } else {

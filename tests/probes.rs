@@ -265,3 +265,55 @@ async fn an_executor_probe_judges_the_executors_alone() {
     let (code, _) = serving.terminate();
     assert_eq!(code, Some(0));
 }
+
+/// A probe that names a component asks whether it is healthy: one with no
+/// verdict is not. Nothing supervised (a deployment Overseer was not pointed
+/// at), or supervised but not checked yet (its first check still running),
+/// `overseer health --component executor` exits 1 and says which; once the
+/// check has answered healthy, 0.
+#[test]
+fn a_named_component_without_a_verdict_is_not_taken_for_healthy() {
+    // Nothing supervised: the embedded default with no executor.
+    let dir = workdir();
+    let serving = Serving::start(&mut overseer(dir.path()));
+    let base = serving.url("");
+    let out = run(overseer(dir.path()).args(["health", "--url", &base, "--component", "executor"]));
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("executor: none supervised"),
+        "{}",
+        out.stderr
+    );
+    serving.terminate();
+
+    // Supervised, its first check held until the test lets it answer.
+    let dir = workdir();
+    let release = dir.path().join("release");
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            "[supervisor]\npoll_interval = \"1m\"\npoll_timeout = \"50s\"\nheartbeat_interval = \"200ms\"\nrefresh_interval = \"100ms\"\n\n\
+             [[executors]]\nname = \"LocalExecutor\"\n\
+             check_command = [\"sh\", \"-c\", \"while [ ! -e {} ]; do sleep 0.05; done\"]\n",
+            release.display()
+        ),
+    )
+    .unwrap();
+    let serving = Serving::start(&mut overseer(dir.path()));
+    let base = serving.url("");
+    let health =
+        || run(overseer(dir.path()).args(["health", "--url", &base, "--component", "executor"]));
+    let out = health();
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("executor: no verdict yet (nothing checked)"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(&release, "").unwrap();
+    overseer_testkit::wait::until_true("overseer health --component executor to exit 0", || {
+        health().code == Some(0)
+    });
+    serving.terminate();
+}
