@@ -251,6 +251,9 @@ pub(crate) struct Worker {
     pub(crate) silent_for: Duration,
     pub(crate) freq: Duration,
     pub(crate) heartbeat: WorkerHeartbeat,
+    /// Heard more than once: a worker that heartbeats, not a name one forged
+    /// event made up. Only such a worker's silence is a fault.
+    pub(crate) confirmed: bool,
 }
 
 /// Every worker heard on a check's brokers, and whether anyone listens.
@@ -452,6 +455,7 @@ impl WorkerEvents {
             workers.push(Worker {
                 name: name.clone(),
                 state,
+                confirmed: heard.heard_again,
                 silent_for: now.saturating_duration_since(heard.last),
                 freq: heard.freq,
                 heartbeat: WorkerHeartbeat {

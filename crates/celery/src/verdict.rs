@@ -263,12 +263,17 @@ fn too_few_alive(heard: &[Worker], min_workers: u32) -> Option<String> {
 }
 
 /// The reason when workers are gone without a goodbye: those gone less than
-/// [`GONE_HOLD`] ago, or every one gone while none is online.
+/// [`GONE_HOLD`] ago, or every one gone while none is online. Only workers
+/// heard more than once: a name heard once and never again is what a flood
+/// of forged events is made of, and a worker that died in its first
+/// heartbeat's interval is the rare other case.
 fn gone(heard: &[Worker]) -> Option<String> {
     let none_online = !heard.iter().any(|w| w.state == State::Online);
     let gone: Vec<&Worker> = heard
         .iter()
-        .filter(|w| w.state == State::Gone && (none_online || w.silent_for < GONE_HOLD))
+        .filter(|w| {
+            w.state == State::Gone && w.confirmed && (none_online || w.silent_for < GONE_HOLD)
+        })
         .collect();
     no_heartbeat(&gone)
 }
@@ -458,6 +463,7 @@ mod tests {
             state,
             silent_for: Duration::from_millis(silent),
             freq: Duration::from_secs(2),
+            confirmed: true,
             heartbeat: WorkerHeartbeat {
                 last: "2026-12-02T06:03:53.5Z".parse().unwrap(),
                 every_ms: 2000,
@@ -466,6 +472,14 @@ mod tests {
                 loadavg: None,
                 software: None,
             },
+        }
+    }
+
+    /// A name heard once only.
+    fn once(name: &str, state: State, silent: u64) -> Worker {
+        Worker {
+            confirmed: false,
+            ..worker_heard(name, state, silent)
         }
     }
 
@@ -592,6 +606,25 @@ mod tests {
                 "unknown (nobody listens) is neither alive nor gone",
                 vec![worker_heard("celery@w1", State::Unknown, 100)],
                 ExecutorHealth::Healthy,
+            ),
+            (
+                "names heard once (a flood of forged events) are no fault",
+                vec![
+                    once("celery@forged-1", State::Gone, 5000),
+                    once("celery@forged-2", State::Online, 100),
+                    worker_heard("celery@w2", State::Online, 100),
+                ],
+                ExecutorHealth::Healthy,
+            ),
+            (
+                "a worker that heartbeats, gone amid a flood: it alone is named",
+                vec![
+                    once("celery@forged-1", State::Gone, 5000),
+                    worker_heard("celery@w1", State::Gone, 4100),
+                    once("celery@forged-2", State::Gone, 4100),
+                    once("celery@forged-3", State::Online, 100),
+                ],
+                ExecutorHealth::unhealthy(gone_reason),
             ),
         ] {
             let (health, _) = verdict(&broker, heard(&workers), window, 0);
