@@ -73,8 +73,9 @@ pub(crate) const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 
 /// The most workers kept: a stream that names more (a hostile publisher) is
 /// not followed past it. Past it, a tenth goes at once: the names heard only
-/// once first (a flood of forged names is that), the oldest-heard of them
-/// first, and a worker heard more than once only when those do not make a
+/// once by a heartbeat first (a flood of forged names is that), the
+/// oldest-heard of them first, and a worker heard more than once (or that
+/// announced itself with `worker-online`) only when those do not make a
 /// tenth; so a flood of new names never pushes out a worker that heartbeats,
 /// whose death is then still seen.
 const MAX_WORKERS: usize = 10_000;
@@ -214,8 +215,10 @@ struct Heard {
     /// When a heartbeat last came after it had said `worker-offline`: its
     /// heartbeats contradict the goodbye, and win while they continue.
     contradicted: Option<Instant>,
-    /// It was heard more than once: a worker, not a name a flood made up.
-    heard_again: bool,
+    /// It was heard more than once, or announced itself (`worker-online`, as
+    /// a worker sends when it starts): a worker, not a name that one forged
+    /// heartbeat made up.
+    confirmed: bool,
 }
 
 /// A worker's state as its events tell it.
@@ -251,8 +254,8 @@ pub(crate) struct Worker {
     pub(crate) silent_for: Duration,
     pub(crate) freq: Duration,
     pub(crate) heartbeat: WorkerHeartbeat,
-    /// Heard more than once: a worker that heartbeats, not a name one forged
-    /// event made up. Only such a worker's silence is a fault.
+    /// Heard more than once, or announced by `worker-online`: a worker, not a
+    /// name one forged heartbeat made up. Only such a worker's silence is a fault.
     pub(crate) confirmed: bool,
 }
 
@@ -350,7 +353,7 @@ impl WorkerEvents {
             let mut by_age: Vec<(bool, Instant, String)> = inner
                 .workers
                 .iter()
-                .map(|(name, heard)| (heard.heard_again, heard.last, name.clone()))
+                .map(|(name, heard)| (heard.confirmed, heard.last, name.clone()))
                 .collect();
             let evict = (MAX_WORKERS / 10).max(1);
             by_age.select_nth_unstable_by_key(evict - 1, |(again, last, _)| (*again, *last));
@@ -382,7 +385,7 @@ impl WorkerEvents {
                     state,
                     said_offline: state == State::Offline,
                     contradicted: None,
-                    heard_again: false,
+                    confirmed: event.kind == Kind::Online,
                 },
             );
             return;
@@ -403,7 +406,7 @@ impl WorkerEvents {
             heard.contradicted = Some(now);
         }
         // What this event does not say, the last one did.
-        heard.heard_again = true;
+        heard.confirmed = true;
         heard.last = now;
         heard.last_at = now_at;
         heard.freq = freq;
@@ -455,7 +458,7 @@ impl WorkerEvents {
             workers.push(Worker {
                 name: name.clone(),
                 state,
-                confirmed: heard.heard_again,
+                confirmed: heard.confirmed,
                 silent_for: now.saturating_duration_since(heard.last),
                 freq: heard.freq,
                 heartbeat: WorkerHeartbeat {
@@ -786,5 +789,24 @@ mod tests {
         );
         // Last heard at 10 s: gone past 14 s.
         assert_eq!(state(t0 + Duration::from_millis(14_100)), Some(State::Gone));
+
+        // Confirmed: heard twice, or announced by worker-online; not one heartbeat.
+        let events = WorkerEvents::default();
+        events.lock().listening.insert(0, t0);
+        events.heard_at(event("heartbeat", "celery@once"), t0, Utc::now());
+        events.heard_at(event("online", "celery@started"), t0, Utc::now());
+        let confirmed: Vec<(String, bool)> = events
+            .workers_at(t0 + WARM_UP)
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.name, w.confirmed))
+            .collect();
+        assert_eq!(
+            confirmed,
+            [
+                ("celery@once".to_owned(), false),
+                ("celery@started".to_owned(), true)
+            ]
+        );
     }
 }

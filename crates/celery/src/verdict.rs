@@ -264,9 +264,10 @@ fn too_few_alive(heard: &[Worker], min_workers: u32) -> Option<String> {
 
 /// The reason when workers are gone without a goodbye: those gone less than
 /// [`GONE_HOLD`] ago, or every one gone while none is online. Only workers
-/// heard more than once: a name heard once and never again is what a flood
-/// of forged events is made of, and a worker that died in its first
-/// heartbeat's interval is the rare other case.
+/// heard more than once or that announced themselves (`worker-online`): a
+/// name one heartbeat made up and never heard again is what a flood of forged
+/// events is made of (a worker already running when Overseer started, killed
+/// within its first heartbeat interval, is the rare other case).
 fn gone(heard: &[Worker]) -> Option<String> {
     let none_online = !heard.iter().any(|w| w.state == State::Online);
     let gone: Vec<&Worker> = heard
