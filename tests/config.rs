@@ -1537,56 +1537,49 @@ fn each_teams_executor_is_supervised_with_its_teams_broker() {
         out.stderr
     );
 
-    // Airflow's own refusals, one line each, exit 2.
-    for (list, problem) in [
+    // Airflow's own refusals, one line each, exit 2, naming the key: the list,
+    // or the entry that is one executor twice in a list under two spellings
+    // (ExecutorLoader compares module paths). The same executor in two teams'
+    // lists is two executors (below).
+    const TWICE: &str = "which Airflow refuses (\"Duplicate executors are not yet supported\")";
+    for (list, key, problem) in [
         (
             "LocalExecutor;team_a=CeleryExecutor;team_a=LocalExecutor",
-            "team 'team_a' appears more than once in the executor list: each team can be named once",
+            "executors",
+            "team 'team_a' appears more than once in the executor list: each team can be named once".to_owned(),
         ),
         (
             "team_a=CeleryExecutor",
-            "at least one global executor must come first (e.g. 'CeleryExecutor;team1=LocalExecutor')",
+            "executors",
+            "at least one global executor must come first (e.g. 'CeleryExecutor;team1=LocalExecutor')".to_owned(),
         ),
         (
             "team_a=CeleryExecutor;LocalExecutor",
-            "the global executors must come before the teams' (e.g. 'CeleryExecutor;team1=LocalExecutor')",
+            "executors",
+            "the global executors must come before the teams' (e.g. 'CeleryExecutor;team1=LocalExecutor')".to_owned(),
         ),
         (
             "LocalExecutor;a=CeleryExecutor",
-            "team \"a\" is not a team name Airflow accepts (3 to 50 letters, digits, '-' and '_')",
+            "executors",
+            "team \"a\" is not a team name Airflow accepts (3 to 50 letters, digits, '-' and '_')".to_owned(),
         ),
-    ] {
-        let out = run(overseer(dir.path())
-            .env("AIRFLOW__CORE__MULTI_TEAM", "true")
-            .env("AIRFLOW__CORE__EXECUTOR", list)
-            .arg("config"));
-        assert_eq!(out.code, Some(2), "{list}: {}", out.stderr);
-        assert_eq!(
-            out.stderr.trim_end(),
-            format!(
-                "error: invalid configuration: executors (from environment variable AIRFLOW__CORE__EXECUTOR): {problem}"
-            ),
-            "{list}"
-        );
-    }
-
-    // One executor twice in a list, under two spellings: Airflow refuses it
-    // (ExecutorLoader compares module paths), so does Overseer, naming both.
-    // The same executor in two teams' lists is two executors.
-    for (list, key, problem) in [
         (
             "CeleryExecutor,fast:CeleryExecutor",
             "executors[1].name",
-            "\"CeleryExecutor\" and \"fast:CeleryExecutor\" are one executor \
-             (airflow.providers.celery.executors.celery_executor.CeleryExecutor) configured twice \
-             in the global list",
+            format!(
+                "\"CeleryExecutor\" and \"fast:CeleryExecutor\" are one executor \
+                 (airflow.providers.celery.executors.celery_executor.CeleryExecutor) configured twice \
+                 in the global list, {TWICE}"
+            ),
         ),
         (
             "LocalExecutor;team_a=CeleryExecutor,fast:airflow.providers.celery.executors.celery_executor.CeleryExecutor",
             "executors[2].name",
-            "\"team_a=CeleryExecutor\" and \"team_a=fast:airflow.providers.celery.executors.celery_executor.CeleryExecutor\" \
-             are one executor (airflow.providers.celery.executors.celery_executor.CeleryExecutor) \
-             configured twice in team team_a's list",
+            format!(
+                "\"team_a=CeleryExecutor\" and \"team_a=fast:airflow.providers.celery.executors.celery_executor.CeleryExecutor\" \
+                 are one executor (airflow.providers.celery.executors.celery_executor.CeleryExecutor) \
+                 configured twice in team team_a's list, {TWICE}"
+            ),
         ),
     ] {
         let out = run(overseer(dir.path())
@@ -1597,8 +1590,7 @@ fn each_teams_executor_is_supervised_with_its_teams_broker() {
         assert_eq!(
             out.stderr.trim_end(),
             format!(
-                "error: invalid configuration: {key} (from environment variable AIRFLOW__CORE__EXECUTOR): {problem}, \
-                 which Airflow refuses (\"Duplicate executors are not yet supported\")"
+                "error: invalid configuration: {key} (from environment variable AIRFLOW__CORE__EXECUTOR): {problem}"
             ),
             "{list}"
         );
