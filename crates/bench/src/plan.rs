@@ -39,6 +39,10 @@ pub struct Plan {
     /// measured, and each window.
     pub events_warmup_s: f64,
     pub events_seconds: f64,
+    /// How long the flood of forged workers lasts, per broker, and how many
+    /// new names it sends a second.
+    pub flood_seconds: f64,
+    pub flood_rate: u64,
 
     /// Samples of Overseer's check (pooled, fresh), of the check with a worker
     /// ping (each waits the 1 s ping window), and of each Python command.
@@ -79,6 +83,8 @@ impl Plan {
             sse_after_s: 5,
             events_warmup_s: 8.0,
             events_seconds: 20.0,
+            flood_seconds: 60.0,
+            flood_rate: 20_000,
             celery_samples: 20,
             celery_ping_samples: 5,
             python_runs: 5,
@@ -112,6 +118,8 @@ impl Plan {
             sse_after_s: 1,
             events_warmup_s: 2.0,
             events_seconds: 1.0,
+            flood_seconds: 14.0,
+            flood_rate: 2_000,
             celery_samples: 3,
             celery_ping_samples: 1,
             python_runs: 1,

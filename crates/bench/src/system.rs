@@ -46,6 +46,11 @@ pub fn peak_rss_mib(pid: u32) -> Option<f64> {
     status_value(pid, "VmHWM:").map(|kib| kib / 1024.0)
 }
 
+/// Resident memory (`VmRSS`) of a process now, in MiB.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    status_value(pid, "VmRSS:").map(|kib| kib / 1024.0)
+}
+
 /// Threads of a process now.
 pub fn threads(pid: u32) -> Option<f64> {
     status_value(pid, "Threads:")

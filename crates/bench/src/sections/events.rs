@@ -76,17 +76,23 @@ impl Broker {
 
 /// A heartbeat as a Celery 5.5.3 worker sends it (its JSON body).
 fn heartbeat(worker: usize) -> String {
+    event_body(&format!("celery@bench-{worker:04}"), "worker-heartbeat")
+}
+
+/// An event of the `worker` group (`worker-heartbeat`, `worker-online`) as a
+/// Celery 5.5.3 worker named `hostname` sends it (its JSON body).
+pub(crate) fn event_body(hostname: &str, kind: &str) -> String {
     serde_json::json!({
-        "hostname": format!("celery@bench-{worker:04}"), "utcoffset": 0, "pid": 1000 + worker,
-        "clock": 1, "freq": FREQ.as_secs_f64(), "active": 0, "processed": worker,
+        "hostname": hostname, "utcoffset": 0, "pid": 1000,
+        "clock": 1, "freq": FREQ.as_secs_f64(), "active": 0, "processed": 0,
         "loadavg": [0.5, 0.4, 0.3], "sw_ident": "py-celery", "sw_ver": "5.5.3",
-        "sw_sys": "Linux", "timestamp": 1.7e9, "type": "worker-heartbeat"
+        "sw_sys": "Linux", "timestamp": 1.7e9, "type": kind
     })
     .to_string()
 }
 
 /// The same in kombu's Redis envelope.
-fn redis_envelope(body: &str) -> String {
+pub(crate) fn redis_envelope(body: &str) -> String {
     serde_json::json!({
         "body": BASE64.encode(body), "content-encoding": "utf-8",
         "content-type": "application/json", "headers": {"hostname": "bench"},

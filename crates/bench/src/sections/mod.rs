@@ -5,6 +5,7 @@
 pub mod celery;
 pub mod detection;
 pub mod events;
+pub mod flood;
 pub mod http;
 pub mod main_loop;
 pub mod plugin;
