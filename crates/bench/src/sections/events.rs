@@ -103,6 +103,31 @@ pub(crate) fn redis_envelope(body: &str) -> String {
     .to_string()
 }
 
+/// A channel on `url` to Celery's `celeryev` topic exchange (declared as
+/// Celery declares it), with the properties a worker's events carry. The
+/// connection must be kept for as long as the channel is used.
+pub(crate) async fn celeryev_channel(
+    url: &str,
+) -> Result<(Connection, lapin::Channel, BasicProperties)> {
+    let conn = Connection::connect(url, ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    channel
+        .exchange_declare(
+            "celeryev".into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let properties = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_content_encoding("utf-8".into());
+    Ok((conn, channel, properties))
+}
+
 /// Publishes every worker's heartbeat once per [`FREQ`], spread evenly, until
 /// `stop` is set.
 async fn publish(
@@ -115,22 +140,7 @@ async fn publish(
     let gap = FREQ / u32::try_from(WORKERS).unwrap_or(u32::MAX);
     let mut next = tokio::time::Instant::now();
     if rabbit {
-        let conn = Connection::connect(&broker_url, ConnectionProperties::default()).await?;
-        let channel = conn.create_channel().await?;
-        channel
-            .exchange_declare(
-                "celeryev".into(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_content_encoding("utf-8".into());
+        let (_conn, channel, properties) = celeryev_channel(&broker_url).await?;
         while !stop.load(Ordering::Relaxed) {
             for body in &bodies {
                 channel

@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use lapin::options::BasicPublishOptions;
 use overseer_testkit::rabbitmq::VirtualHost;
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::Value;
@@ -27,7 +25,7 @@ use serde_json::Value;
 use crate::plan::Plan;
 use crate::process::{self, get_json};
 use crate::report::{Body, table};
-use crate::sections::events::{event_body, redis_envelope};
+use crate::sections::events::{celeryev_channel, event_body, redis_envelope};
 use crate::system;
 
 /// Sent in batches, one every this long.
@@ -115,22 +113,7 @@ async fn publish(
         }
     };
     if rabbit {
-        let conn = Connection::connect(&url, ConnectionProperties::default()).await?;
-        let channel = conn.create_channel().await?;
-        channel
-            .exchange_declare(
-                "celeryev".into(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_content_encoding("utf-8".into());
+        let (_conn, channel, properties) = celeryev_channel(&url).await?;
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..per_batch {
                 let key = if real && n == 0 {
@@ -179,6 +162,13 @@ async fn publish(
     Ok(())
 }
 
+/// The health report at `url`, read off the runtime's threads; `None` when
+/// it did not answer JSON.
+async fn report(url: &str) -> Result<Option<Value>> {
+    let url = url.to_owned();
+    Ok(tokio::task::spawn_blocking(move || get_json(&url)).await?)
+}
+
 /// The executor's instance in a health report.
 fn instance(json: &Value) -> &Value {
     &json["executor"]["instances"][0]
@@ -219,11 +209,7 @@ async fn flood(bin: &Path, url: &str, rabbit: bool, seconds: f64, rate: u64) -> 
     ));
     let started = Instant::now();
     loop {
-        let json = tokio::task::spawn_blocking({
-            let health = health.clone();
-            move || get_json(&health)
-        })
-        .await?;
+        let json = report(&health).await?;
         if json.as_ref().and_then(real_state).as_deref() == Some("online")
             && json
                 .as_ref()
@@ -272,11 +258,7 @@ async fn flood(bin: &Path, url: &str, rabbit: bool, seconds: f64, rate: u64) -> 
         if killed && last_beat.is_none() && real.is_finished() {
             last_beat = real_sent.last();
         }
-        let json = tokio::task::spawn_blocking({
-            let health = health.clone();
-            move || get_json(&health)
-        })
-        .await?;
+        let json = report(&health).await?;
         samples += 1;
         if let Some(json) = &json {
             let reason = instance(json)["reason"].as_str().unwrap_or_default();
