@@ -4,7 +4,7 @@
 //! document and the JSON cannot drift. The schemas its parts refer to come
 //! with it, the evidence beside each executor instance's verdict included
 //! (`detail`: `Detail`, `QueueDetail`, `WorkerDetail`, `QueuedTasks`,
-//! `QueuedOnQueue`), each described by its type's docs. The history's
+//! `QueuedOnQueue`, `EventsDetail`), each described by its type's docs. The history's
 //! transitions are core's [`Transition`](overseer_core::history::Transition).
 
 use std::sync::LazyLock;

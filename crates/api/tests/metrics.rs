@@ -105,6 +105,21 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
             format!("overseer_worker_processed_tasks_total{{{w2}}} 0"),
         ]
     );
+    // Each broker's subscription to the heartbeats: whether it hears them,
+    // what it read, how often it came up and fell behind, what waits.
+    let sub = format!(r#"{on},broker="redis://broker:6379/0""#);
+    for (family, value) in [
+        ("overseer_worker_events_listening", 1),
+        ("overseer_worker_events_received_total", 1234),
+        ("overseer_worker_events_subscriptions_total", 2),
+        ("overseer_worker_events_overflows_total", 1),
+        ("overseer_worker_events_backlog", 0),
+    ] {
+        assert_eq!(
+            samples(&body, family),
+            [format!("{family}{{{sub}}} {value}")]
+        );
+    }
     assert!(
         body.contains(
             "# HELP overseer_worker_processed_tasks_total Tasks the worker has run since it started, \

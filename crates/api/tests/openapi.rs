@@ -294,13 +294,25 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
 
     // Each part: (schema, its properties, each with the component it refers
     // to and whether it may be null).
-    let parts: [(&str, &[Property]); 6] = [
+    let parts: [(&str, &[Property]); 7] = [
         (
             "Detail",
             &[
                 ("queues", Some("QueueDetail"), false),
                 ("workers", Some("WorkerDetail"), true),
                 ("queued_tasks", Some("QueuedTasks"), true),
+                ("worker_events", Some("EventsDetail"), false),
+            ],
+        ),
+        (
+            "EventsDetail",
+            &[
+                ("broker", None, false),
+                ("state", None, false),
+                ("received", None, false),
+                ("subscribed", None, false),
+                ("overflows", None, false),
+                ("backlog", None, true),
             ],
         ),
         (

@@ -20,35 +20,31 @@
 //! The worker ping over the same connection is in [`ping`].
 
 mod ping;
+mod subscription;
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::QueueDeclareOptions;
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
 use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder, ErrorKind};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched};
+use crate::broker::{self, Answers, BrokerProbe, Reason, Watched};
 use crate::detail::QueueDepth;
-use crate::events::{self, Event, WorkerEvents};
+use crate::events::WorkerEvents;
 use crate::ping::{Pidbox, Unsent};
 use crate::tls;
 use crate::url::{AmqpBroker, TlsOptions};
 use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
-use tokio_stream::{Stream as _, StreamExt};
+use tokio_stream::StreamExt;
 
 /// The name RabbitMQ's management UI shows for our connection.
 const CONNECTION_NAME: &str = "overseer health check";
@@ -423,25 +419,6 @@ const EVENTS_CONNECTION_NAME: &str = "overseer-events";
 /// How often a held connection's status is looked at, beside its events (an
 /// error lapin reported before the listener was there is not sent again).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
-/// How long a subscription lets events gather before it takes them. Each
-/// event woke three threads (lapin's, a runtime worker, back to lapin's); taken
-/// in batches, 1,000 workers' heartbeats cost a wake per batch. A heartbeat is
-/// judged this much later at most, against two of its intervals (4 s by default).
-const EVENTS_GATHER: Duration = Duration::from_millis(100);
-/// How many events RabbitMQ may have in flight to a subscription before it
-/// takes (acknowledges) them: what a flood can push into this process at most.
-/// The rest waits in the broker's queue, whose TTL and length drop the oldest.
-const EVENTS_PREFETCH: u16 = 1_000;
-/// The most events the subscription's queue holds: past it, the broker drops
-/// the oldest (a flood's backlog, not this process's memory).
-const EVENTS_MAX_QUEUED: i32 = 10_000;
-/// How long a message waits in the events queue before RabbitMQ drops it
-/// (Celery's own `event_queue_ttl`): a heartbeat read late says nothing.
-const EVENTS_TTL_MS: i32 = 5_000;
-/// How long the events queue outlives its last consumer should auto-delete
-/// not remove it (Celery's `event_queue_expires`).
-const EVENTS_EXPIRES_MS: i32 = 60_000;
-
 #[async_trait::async_trait]
 impl BrokerProbe for AmqpCheck {
     /// Opens (or reuses) the connection and a channel, and declares each queue
@@ -509,110 +486,9 @@ impl BrokerProbe for AmqpCheck {
         }
     }
 
-    /// Consumes the `worker` group of Celery's events from a queue of its own
-    /// (exclusive, auto-delete) bound to the `celeryev` topic exchange for
-    /// `worker.#`, on a heartbeating connection of its own.
+    /// The workers' events, from a queue of Overseer's own ([`subscription`]).
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
-        let mut retry = Retry::new(&answers);
-        let mut told = false;
-        loop {
-            let Some(conn) = self
-                .held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT)
-                .await
-            else {
-                retry.wait(Duration::ZERO).await;
-                continue;
-            };
-            let connected = Instant::now();
-            match timeout_at(connected + WATCH_CONNECT, consume_events(&conn)).await {
-                Ok(Ok(mut consumer)) => {
-                    events.listening(index);
-                    let mut status = tokio::time::interval(STATUS_EVERY);
-                    let mut last: Option<lapin::message::Delivery> = None;
-                    'listening: loop {
-                        tokio::select! {
-                            delivery = consumer.next() => match delivery {
-                                Some(Ok(delivery)) => {
-                                    heard(&events, &delivery);
-                                    last = Some(delivery);
-                                }
-                                _ => break,
-                            },
-                            _ = status.tick() => if !conn.status().connected() {
-                                break;
-                            },
-                        }
-                        // Let the next events gather in lapin's buffer, then
-                        // take them all: a wake per batch, not per event.
-                        tokio::time::sleep(EVENTS_GATHER).await;
-                        // At most a prefetch's worth: the broker sends no more
-                        // until these are taken.
-                        for _ in 0..EVENTS_PREFETCH {
-                            let waiting = Pin::new(&mut consumer)
-                                .poll_next(&mut Context::from_waker(Waker::noop()));
-                            match waiting {
-                                Poll::Ready(Some(Ok(delivery))) => {
-                                    heard(&events, &delivery);
-                                    last = Some(delivery);
-                                }
-                                Poll::Ready(_) => break 'listening,
-                                Poll::Pending => break,
-                            }
-                        }
-                        // Taken, all of them at once: the broker may send the next.
-                        if let Some(delivery) = last.take()
-                            && delivery
-                                .acker
-                                .ack(BasicAckOptions { multiple: true })
-                                .await
-                                .is_err()
-                        {
-                            break;
-                        }
-                    }
-                    events.deaf(index);
-                    tracing::debug!(broker = %self.identity, "the workers' events subscription ended");
-                }
-                Ok(Err(e)) if e.to_string().contains("ACCESS_REFUSED") => {
-                    // The user may not use `celeryev` (its permissions or
-                    // topic permissions): no poll's answer changes that; said
-                    // once, asked again at the longest back-off.
-                    let reason = scrub_with(&e.to_string(), &[&self.password]);
-                    if !told {
-                        told = true;
-                        tracing::warn!(broker = %self.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
-                    }
-                    events.cannot_listen(
-                        index,
-                        format!(
-                            "broker {} refuses the subscription to the workers' heartbeats \
-                             (ACCESS_REFUSED: the user may not use exchange {})",
-                            self.identity,
-                            events::EXCHANGE
-                        ),
-                    );
-                    drop(conn);
-                    retry.wait_out().await;
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    let reason = scrub_with(&e.to_string(), &[&self.password]);
-                    tracing::debug!(broker = %self.identity, %reason, "could not subscribe to the workers' events");
-                }
-                Err(_) => {
-                    tracing::debug!(broker = %self.identity, "could not subscribe to the workers' events in time");
-                }
-            }
-            drop(conn);
-            retry.wait(connected.elapsed()).await;
-        }
-    }
-}
-
-/// Records one delivery of the events queue, if it is a worker event.
-fn heard(events: &WorkerEvents, delivery: &lapin::message::Delivery) {
-    if let Some(event) = Event::from_body(&delivery.data) {
-        events.heard(event);
+        subscription::run(self, index, events, answers).await;
     }
 }
 
@@ -631,63 +507,6 @@ async fn until_lost(conn: &Connection) {
             },
         }
     }
-}
-
-/// Sets up the events queue and starts consuming it. The `celeryev` exchange
-/// is declared as Celery declares it (a durable topic exchange), which does
-/// nothing when a worker made it first.
-async fn consume_events(conn: &Connection) -> lapin::Result<lapin::Consumer> {
-    let channel = conn.create_channel().await?;
-    channel
-        .exchange_declare(
-            events::EXCHANGE.into(),
-            lapin::ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..ExchangeDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
-    let queue = format!("overseer.celeryev.{}", uuid::Uuid::new_v4());
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(EVENTS_TTL_MS));
-    arguments.insert("x-expires".into(), AMQPValue::LongInt(EVENTS_EXPIRES_MS));
-    arguments.insert("x-max-length".into(), AMQPValue::LongInt(EVENTS_MAX_QUEUED));
-    channel
-        .queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions {
-                exclusive: true,
-                auto_delete: true,
-                ..QueueDeclareOptions::default()
-            },
-            arguments,
-        )
-        .await?;
-    channel
-        .queue_bind(
-            queue.as_str().into(),
-            events::EXCHANGE.into(),
-            events::WORKER_KEYS.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .basic_qos(EVENTS_PREFETCH, BasicQosOptions::default())
-        .await?;
-    channel
-        .basic_consume(
-            queue.as_str().into(),
-            "overseer-events".into(),
-            BasicConsumeOptions {
-                no_ack: false,
-                ..BasicConsumeOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
 }
 
 /// The AMQP soft error (channel-level: 403, 404, 406, ...) behind a lapin error.

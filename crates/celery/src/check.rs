@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use overseer_core::check::Alarm;
-use overseer_core::detail::WorkerDetail;
+use overseer_core::detail::{EventsDetail, WorkerDetail};
 use overseer_core::secret::SecretUrl;
 use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation, reason};
 use tokio::task::JoinSet;
@@ -345,6 +345,21 @@ impl CeleryCheck {
             && !matches!(health, ExecutorHealth::Unhealthy { .. })
             && heard.is_none()
             && events.is_some_and(WorkerEvents::pending);
+        let subscriptions = events
+            .map(WorkerEvents::subscriptions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|s| {
+                Some(EventsDetail {
+                    broker: self.inner.targets.get(s.index)?.identity.clone(),
+                    state: s.state.to_owned(),
+                    received: s.received,
+                    subscribed: s.subscribed,
+                    overflows: s.overflows,
+                    backlog: s.backlog,
+                })
+            })
+            .collect();
         Probe {
             health,
             reason,
@@ -352,6 +367,7 @@ impl CeleryCheck {
             checked_at,
             brokers,
             workers,
+            subscriptions,
             heartbeats: heard.map(|heard| {
                 heard
                     .into_iter()

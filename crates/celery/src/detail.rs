@@ -13,7 +13,7 @@
 
 use chrono::{DateTime, Utc};
 use overseer_core::ExecutorHealth;
-use overseer_core::detail::{Detail, QueueDetail, WorkerDetail};
+use overseer_core::detail::{Detail, EventsDetail, QueueDetail, WorkerDetail};
 use serde::Serialize;
 
 /// The outcome of one check of a Celery executor.
@@ -39,6 +39,9 @@ pub struct Probe {
     /// `offline`; its latest heartbeat), with `worker_events`; `None` until a
     /// subscription has listened long enough to say.
     pub heartbeats: Option<Vec<WorkerDetail>>,
+    /// Each broker's subscription to the workers' heartbeats, with
+    /// `worker_events`: whether it hears them now, and what it has read.
+    pub subscriptions: Vec<EventsDetail>,
 }
 
 impl Probe {
@@ -79,6 +82,7 @@ impl Probe {
             queues,
             workers,
             queued_tasks: None,
+            worker_events: self.subscriptions.clone(),
         }
     }
 }
@@ -202,6 +206,7 @@ mod tests {
             brokers,
             workers,
             heartbeats: None,
+            subscriptions: Vec::new(),
         }
     }
 

@@ -268,14 +268,57 @@ pub(crate) struct WorkerEvents {
 #[derive(Debug, Default)]
 struct Inner {
     workers: BTreeMap<String, Heard>,
-    /// Since when each broker's subscription is up (`None`: down), by index.
-    listening: BTreeMap<usize, Instant>,
+    /// Each broker's subscription, by index.
+    subscriptions: BTreeMap<usize, Subscription>,
     /// Whether a subscription was ever up for [`WARM_UP`].
     warmed: bool,
-    /// Why each broker that cannot be subscribed to cannot, by index.
-    cannot: BTreeMap<usize, String>,
     /// When the check first asked ([`WorkerEvents::pending`]).
     first_asked: Option<Instant>,
+}
+
+/// Whether one broker's subscription hears the workers now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Hearing {
+    /// Not up: not yet, or lost and reconnecting.
+    #[default]
+    Down,
+    /// Up since then, and keeping up with what the broker sends.
+    Up(Instant),
+    /// Up, but behind what the broker sends, so that the broker drops events
+    /// before they are taken (why, naming the broker): a silence then may be
+    /// the broker's doing, so it blames nobody until the subscription has
+    /// caught up and listened for [`WARM_UP`] again.
+    Behind(String),
+    /// Refused, for a reason that retrying will not change (why, naming the
+    /// broker).
+    Refused(String),
+}
+
+/// One broker's subscription: what it hears now and what it has taken.
+#[derive(Debug, Default)]
+struct Subscription {
+    hearing: Hearing,
+    /// Worker events taken from it.
+    received: u64,
+    /// How many times it came up: one, unless it was lost and came back.
+    subscribed: u64,
+    /// How many times it fell behind.
+    overflows: u64,
+    /// Events waiting in the broker for it, as the broker last said (RabbitMQ).
+    backlog: Option<u64>,
+}
+
+/// One broker's subscription, as the check shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SubscriptionState {
+    /// Which broker, by index.
+    pub(crate) index: usize,
+    /// `listening`, `behind`, `down` or `refused`.
+    pub(crate) state: &'static str,
+    pub(crate) received: u64,
+    pub(crate) subscribed: u64,
+    pub(crate) overflows: u64,
+    pub(crate) backlog: Option<u64>,
 }
 
 impl WorkerEvents {
@@ -283,45 +326,135 @@ impl WorkerEvents {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn hearing(&self, index: usize, hearing: Hearing) {
+        self.lock().subscriptions.entry(index).or_default().hearing = hearing;
+    }
+
     /// Broker `index`'s subscription is up.
     pub(crate) fn listening(&self, index: usize) {
+        self.listening_at(index, Instant::now());
+    }
+
+    fn listening_at(&self, index: usize, at: Instant) {
         let mut inner = self.lock();
-        inner.listening.insert(index, Instant::now());
-        inner.cannot.remove(&index);
+        let subscription = inner.subscriptions.entry(index).or_default();
+        subscription.hearing = Hearing::Up(at);
+        subscription.subscribed += 1;
+        subscription.backlog = None;
     }
 
     /// Broker `index` cannot be subscribed to, for a reason that retrying
     /// will not change (`why`, naming the broker).
     pub(crate) fn cannot_listen(&self, index: usize, why: String) {
-        self.lock().cannot.insert(index, why);
+        self.hearing(index, Hearing::Refused(why));
     }
 
-    /// Why the workers cannot be heard now, while no subscription is up:
-    /// the reason a broker cannot be subscribed to, if one cannot, else that
-    /// the subscription is not up (yet, or again).
+    /// Broker `index`'s subscription is up but the broker drops events before
+    /// it takes them (`why`, naming the broker), `backlog` of them waiting.
+    /// Until it has [`caught_up`](Self::caught_up), nobody is blamed for a
+    /// silence on it.
+    pub(crate) fn behind(&self, index: usize, why: String, backlog: u64) {
+        let mut inner = self.lock();
+        let subscription = inner.subscriptions.entry(index).or_default();
+        if !matches!(subscription.hearing, Hearing::Behind(_)) {
+            subscription.overflows += 1;
+        }
+        subscription.hearing = Hearing::Behind(why);
+        subscription.backlog = Some(backlog);
+    }
+
+    /// Broker `index`'s subscription, behind, has `backlog` events waiting:
+    /// fewer than made it behind, but more than it keeps up with.
+    pub(crate) fn behind_still(&self, index: usize, backlog: u64) {
+        self.lock().subscriptions.entry(index).or_default().backlog = Some(backlog);
+    }
+
+    /// Broker `index` has `backlog` events waiting for its subscription, no
+    /// more than it keeps up with. A subscription that was behind listens
+    /// again from now: its silence counts after a new [`WARM_UP`].
+    pub(crate) fn caught_up(&self, index: usize, backlog: u64) {
+        let mut inner = self.lock();
+        let subscription = inner.subscriptions.entry(index).or_default();
+        if matches!(subscription.hearing, Hearing::Behind(_)) {
+            subscription.hearing = Hearing::Up(Instant::now());
+        }
+        subscription.backlog = Some(backlog);
+    }
+
+    /// Broker `index`'s subscription dropped.
+    pub(crate) fn deaf(&self, index: usize) {
+        self.hearing(index, Hearing::Down);
+    }
+
+    /// Whether broker `index`'s subscription is behind now.
+    pub(crate) fn is_behind(&self, index: usize) -> bool {
+        self.lock()
+            .subscriptions
+            .get(&index)
+            .is_some_and(|s| matches!(s.hearing, Hearing::Behind(_)))
+    }
+
+    /// Each broker's subscription, by index.
+    pub(crate) fn subscriptions(&self) -> Vec<SubscriptionState> {
+        self.lock()
+            .subscriptions
+            .iter()
+            .map(|(index, s)| SubscriptionState {
+                index: *index,
+                state: match s.hearing {
+                    Hearing::Down => "down",
+                    Hearing::Up(_) => "listening",
+                    Hearing::Behind(_) => "behind",
+                    Hearing::Refused(_) => "refused",
+                },
+                received: s.received,
+                subscribed: s.subscribed,
+                overflows: s.overflows,
+                backlog: s.backlog,
+            })
+            .collect()
+    }
+
+    /// Why the workers cannot be heard now, while no subscription is up and
+    /// keeping up: the reason a broker cannot be subscribed to, if one
+    /// cannot, else why one is behind, else that the subscription is not up
+    /// (yet, or again).
     pub(crate) fn unheard(&self) -> Option<String> {
         let inner = self.lock();
-        if !inner.listening.is_empty() {
+        let all = || inner.subscriptions.values().map(|s| &s.hearing);
+        if all().any(|h| matches!(h, Hearing::Up(_))) {
             return None;
         }
+        let refused = all().find_map(|h| match h {
+            Hearing::Refused(why) => Some(why),
+            _ => None,
+        });
+        let behind = all().find_map(|h| match h {
+            Hearing::Behind(why) => Some(why),
+            _ => None,
+        });
         Some(
-            inner.cannot.values().next().cloned().unwrap_or_else(|| {
+            refused.or(behind).cloned().unwrap_or_else(|| {
                 "the subscription to the workers' heartbeats is not up".to_owned()
             }),
         )
     }
 
-    /// Whether the heartbeats cannot be heard for a reason that lasts (a
-    /// broker refused the subscription, or cannot send pushes), rather than
-    /// for a moment that ends by itself (warming up, reconnecting).
+    /// Whether the heartbeats cannot be heard for a reason worth saying (a
+    /// broker refused the subscription, cannot send pushes, or sends more
+    /// than is taken), rather than for a moment that ends by itself (warming
+    /// up, reconnecting).
     pub(crate) fn refused(&self) -> bool {
         let inner = self.lock();
-        inner.listening.is_empty() && !inner.cannot.is_empty()
+        let all = || inner.subscriptions.values().map(|s| &s.hearing);
+        !all().any(|h| matches!(h, Hearing::Up(_)))
+            && all().any(|h| matches!(h, Hearing::Refused(_) | Hearing::Behind(_)))
     }
 
     /// Whether the verdict should wait: nothing can be said of the workers
-    /// yet, no broker has refused the subscription, and the first poll was
-    /// less than [`SETTLE_WITHIN`] ago. The first call starts that clock.
+    /// yet, no broker has refused the subscription (or left it behind), and
+    /// the first poll was less than [`SETTLE_WITHIN`] ago. The first call
+    /// starts that clock.
     pub(crate) fn pending(&self) -> bool {
         self.pending_at(Instant::now())
     }
@@ -329,23 +462,21 @@ impl WorkerEvents {
     fn pending_at(&self, now: Instant) -> bool {
         let mut inner = self.lock();
         let first = *inner.first_asked.get_or_insert(now);
-        !inner.warmed
-            && inner.cannot.is_empty()
-            && now.saturating_duration_since(first) < SETTLE_WITHIN
+        let said = inner
+            .subscriptions
+            .values()
+            .any(|s| matches!(s.hearing, Hearing::Refused(_) | Hearing::Behind(_)));
+        !inner.warmed && !said && now.saturating_duration_since(first) < SETTLE_WITHIN
     }
 
-    /// Broker `index`'s subscription dropped.
-    pub(crate) fn deaf(&self, index: usize) {
-        self.lock().listening.remove(&index);
+    /// An event was received now, on broker `index`'s subscription.
+    pub(crate) fn heard(&self, index: usize, event: Event) {
+        self.heard_at(index, event, Instant::now(), Utc::now());
     }
 
-    /// An event was received now.
-    pub(crate) fn heard(&self, event: Event) {
-        self.heard_at(event, Instant::now(), Utc::now());
-    }
-
-    fn heard_at(&self, event: Event, now: Instant, now_at: DateTime<Utc>) {
+    fn heard_at(&self, index: usize, event: Event, now: Instant, now_at: DateTime<Utc>) {
         let mut inner = self.lock();
+        inner.subscriptions.entry(index).or_default().received += 1;
         if !inner.workers.contains_key(&event.hostname) && inner.workers.len() >= MAX_WORKERS {
             // A tenth goes at once (see MAX_WORKERS): one pass over the map
             // per tenth of the cap's new names, not one per name (a flood of
@@ -427,8 +558,16 @@ impl WorkerEvents {
 
     fn workers_at(&self, now: Instant) -> Option<Vec<Worker>> {
         let mut inner = self.lock();
-        // Listening continuously since the earliest subscription still up.
-        let since = inner.listening.values().min().copied();
+        // Listening continuously since the earliest subscription still up
+        // and keeping up.
+        let since = inner
+            .subscriptions
+            .values()
+            .filter_map(|s| match s.hearing {
+                Hearing::Up(since) => Some(since),
+                _ => None,
+            })
+            .min();
         if since.is_some_and(|since| now.saturating_duration_since(since) >= WARM_UP) {
             inner.warmed = true;
         }
@@ -530,8 +669,8 @@ mod tests {
         let events = WorkerEvents::default();
         let start = Instant::now();
         assert_eq!(events.workers_at(start), None, "nobody listens");
-        events.lock().listening.insert(0, start);
-        events.heard_at(event("heartbeat", "celery@w1"), start, Utc::now());
+        events.listening_at(0, start);
+        events.heard_at(0, event("heartbeat", "celery@w1"), start, Utc::now());
         assert_eq!(events.workers_at(start + Duration::from_secs(3)), None);
         let workers = events.workers_at(start + WARM_UP).unwrap();
         assert_eq!(workers.len(), 1);
@@ -544,20 +683,20 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: f64| t0 + Duration::from_secs_f64(s);
         let state = |now| events.workers_at(now).unwrap()[0].state;
-        events.lock().listening.insert(0, t0);
-        events.heard_at(event("online", "celery@w1"), at(0.0), Utc::now());
-        events.heard_at(event("heartbeat", "celery@w1"), at(4.0), Utc::now());
+        events.listening_at(0, t0);
+        events.heard_at(0, event("online", "celery@w1"), at(0.0), Utc::now());
+        events.heard_at(0, event("heartbeat", "celery@w1"), at(4.0), Utc::now());
         assert_eq!(state(at(5.0)), State::Online);
         assert_eq!(state(at(8.0)), State::Online, "exactly two heartbeats late");
         assert_eq!(state(at(8.1)), State::Gone);
 
         // The subscription drops and comes back: the silence it could not hear
         // does not clear the verdict, nor does the new subscription's warm-up.
-        events.lock().listening.remove(&0);
+        events.deaf(0);
         assert_eq!(state(at(20.0)), State::Gone);
-        events.lock().listening.insert(0, at(30.0));
+        events.listening_at(0, at(30.0));
         assert_eq!(state(at(30.5)), State::Gone);
-        events.heard_at(event("heartbeat", "celery@w1"), at(31.0), Utc::now());
+        events.heard_at(0, event("heartbeat", "celery@w1"), at(31.0), Utc::now());
         assert_eq!(state(at(31.0)), State::Online, "it spoke again");
     }
 
@@ -566,22 +705,68 @@ mod tests {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        events.lock().listening.insert(0, t0);
-        events.heard_at(event("heartbeat", "celery@w1"), at(5), Utc::now());
+        events.listening_at(0, t0);
+        events.heard_at(0, event("heartbeat", "celery@w1"), at(5), Utc::now());
         assert_eq!(events.workers_at(at(6)).unwrap()[0].state, State::Online);
         // Deaf from 7 s to 20 s: nothing judged meanwhile, and nothing known:
         // the worker is unknown, not online, and the reason is said.
-        events.lock().listening.remove(&0);
+        events.deaf(0);
         assert_eq!(events.workers_at(at(15)).unwrap()[0].state, State::Unknown);
         assert_eq!(
             events.unheard().as_deref(),
             Some("the subscription to the workers' heartbeats is not up")
         );
         // Listening again at 20 s: the worker has two heartbeats from then on.
-        events.lock().listening.insert(0, at(20));
+        events.listening_at(0, at(20));
         assert_eq!(events.workers_at(at(23)).unwrap()[0].state, State::Online);
         assert_eq!(events.unheard(), None);
         assert_eq!(events.workers_at(at(25)).unwrap()[0].state, State::Gone);
+    }
+
+    #[test]
+    fn a_subscription_behind_blames_nobody_until_it_has_caught_up_and_listened_again() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        events.listening_at(0, t0);
+        events.heard_at(0, event("online", "celery@w1"), at(1), Utc::now());
+        assert_eq!(events.workers_at(at(4)).unwrap()[0].state, State::Online);
+        // The broker drops events from 5 s on: w1's heartbeats among them.
+        let why = "broker amqp://rabbit:5672// drops the workers' events before they are read";
+        events.behind(0, why.to_owned(), 10_000);
+        events.behind(0, why.to_owned(), 9_950);
+        assert_eq!(events.workers_at(at(30)).unwrap()[0].state, State::Unknown);
+        assert_eq!(events.unheard().as_deref(), Some(why));
+        assert!(events.refused(), "said beside the verdict, not passed over");
+        // Less waits, but more than it keeps up with: still behind.
+        events.behind_still(0, 5_000);
+        assert_eq!(events.unheard().as_deref(), Some(why));
+        // Caught up: listening again from now, so the silence while behind
+        // is nobody's fault and the worker has two heartbeats from here.
+        events.caught_up(0, 0);
+        let now = Instant::now();
+        assert_eq!(events.unheard(), None);
+        assert_eq!(events.workers_at(now).unwrap()[0].state, State::Online);
+        assert_eq!(
+            events.workers_at(now + Duration::from_secs(5)).unwrap()[0].state,
+            State::Gone,
+            "a silence heard in full counts again"
+        );
+        let [subscription] = &events.subscriptions()[..] else {
+            panic!("one subscription");
+        };
+        assert_eq!(
+            subscription,
+            &SubscriptionState {
+                index: 0,
+                state: "listening",
+                received: 1,
+                subscribed: 1,
+                overflows: 1,
+                backlog: Some(0),
+            },
+            "one fall behind counted once, the events read counted"
+        );
     }
 
     #[test]
@@ -617,14 +802,14 @@ mod tests {
     fn the_last_worker_gone_is_not_forgotten_while_none_is_online() {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
-        events.lock().listening.insert(0, t0);
-        events.heard_at(event("heartbeat", "celery@a"), t0, Utc::now());
+        events.listening_at(0, t0);
+        events.heard_at(0, event("heartbeat", "celery@a"), t0, Utc::now());
         let later = t0 + FORGET_AFTER * 2;
         let workers = events.workers_at(later).unwrap();
         assert_eq!(workers.len(), 1);
         assert_eq!(workers[0].state, State::Gone);
         // Another worker comes online: the old one is forgotten in time.
-        events.heard_at(event("heartbeat", "celery@b"), later, Utc::now());
+        events.heard_at(0, event("heartbeat", "celery@b"), later, Utc::now());
         let names: Vec<_> = events
             .workers_at(later + Duration::from_secs(1))
             .unwrap()
@@ -638,9 +823,9 @@ mod tests {
     fn an_offline_worker_is_offline_and_forgotten_after_an_hour() {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
-        events.lock().listening.insert(0, t0);
-        events.heard_at(event("heartbeat", "celery@a"), t0, Utc::now());
-        events.heard_at(event("offline", "celery@b"), t0, Utc::now());
+        events.listening_at(0, t0);
+        events.heard_at(0, event("heartbeat", "celery@a"), t0, Utc::now());
+        events.heard_at(0, event("offline", "celery@b"), t0, Utc::now());
         let workers = events.workers_at(t0 + WARM_UP * 2).unwrap();
         let states: Vec<_> = workers.iter().map(|w| (w.name.as_str(), w.state)).collect();
         assert_eq!(
@@ -663,10 +848,7 @@ mod tests {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
         // Listened for long enough already: every reading below says something.
-        events
-            .lock()
-            .listening
-            .insert(0, t0.checked_sub(WARM_UP * 2).unwrap());
+        events.listening_at(0, t0.checked_sub(WARM_UP * 2).unwrap());
         let with_freq = |host: &str, freq: &str| {
             Event::from_body(
                 format!(r#"{{"hostname": "{host}", "freq": {freq}, "type": "worker-heartbeat"}}"#)
@@ -675,8 +857,8 @@ mod tests {
             .unwrap()
         };
         // A freq past what Celery sends is held to the documented range.
-        events.heard_at(with_freq("celery@huge", "1e300"), t0, Utc::now());
-        events.heard_at(with_freq("celery@tiny", "1e-9"), t0, Utc::now());
+        events.heard_at(0, with_freq("celery@huge", "1e300"), t0, Utc::now());
+        events.heard_at(0, with_freq("celery@tiny", "1e-9"), t0, Utc::now());
         let state = |at: Instant, name: &str| {
             events
                 .workers_at(at)
@@ -697,9 +879,9 @@ mod tests {
         for tick in 0..100u64 {
             let at = t0 + Duration::from_millis(100 * tick);
             if tick % 20 == 0 {
-                events.heard_at(event("heartbeat", w), at, Utc::now());
+                events.heard_at(0, event("heartbeat", w), at, Utc::now());
             } else {
-                events.heard_at(event("offline", w), at, Utc::now());
+                events.heard_at(0, event("offline", w), at, Utc::now());
             }
             if tick > 20 && state(at, w).map(|(s, _)| s) != Some(State::Online) {
                 offline_reads += 1;
@@ -708,8 +890,9 @@ mod tests {
         assert_eq!(offline_reads, 0, "forged goodbyes won over live heartbeats");
 
         // A clean stop (no heartbeat since) is still offline at once.
-        events.heard_at(event("heartbeat", "celery@stop"), t0, Utc::now());
+        events.heard_at(0, event("heartbeat", "celery@stop"), t0, Utc::now());
         events.heard_at(
+            0,
             event("offline", "celery@stop"),
             t0 + Duration::from_millis(50),
             Utc::now(),
@@ -726,7 +909,12 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..MAX_WORKERS + 5 {
             let at = t0 + Duration::from_millis(i as u64);
-            events.heard_at(event("heartbeat", &format!("celery@w{i}")), at, Utc::now());
+            events.heard_at(
+                0,
+                event("heartbeat", &format!("celery@w{i}")),
+                at,
+                Utc::now(),
+            );
         }
         let inner = events.lock();
         assert!(inner.workers.len() <= MAX_WORKERS);
@@ -751,7 +939,7 @@ mod tests {
     fn a_flood_of_new_names_never_pushes_out_a_worker_that_heartbeats() {
         let events = WorkerEvents::default();
         let t0 = Instant::now();
-        events.lock().listening.insert(0, t0);
+        events.listening_at(0, t0);
         let real = "celery@real";
         let mut forged = 0;
         // 12 s: the real worker at 0, 2, ... 10 s; from 3 s on (it was heard
@@ -759,10 +947,11 @@ mod tests {
         for tick in 0..1_200u64 {
             let at = t0 + Duration::from_millis(tick * 10);
             if tick % 200 == 0 {
-                events.heard_at(event("heartbeat", real), at, Utc::now());
+                events.heard_at(0, event("heartbeat", real), at, Utc::now());
             }
             for _ in 0..if tick < 300 { 0 } else { 200 } {
                 events.heard_at(
+                    0,
                     event("heartbeat", &format!("celery@forged{forged}")),
                     at,
                     Utc::now(),
@@ -792,9 +981,9 @@ mod tests {
 
         // Confirmed: heard twice, or announced by worker-online; not one heartbeat.
         let events = WorkerEvents::default();
-        events.lock().listening.insert(0, t0);
-        events.heard_at(event("heartbeat", "celery@once"), t0, Utc::now());
-        events.heard_at(event("online", "celery@started"), t0, Utc::now());
+        events.listening_at(0, t0);
+        events.heard_at(0, event("heartbeat", "celery@once"), t0, Utc::now());
+        events.heard_at(0, event("online", "celery@started"), t0, Utc::now());
         let confirmed: Vec<(String, bool)> = events
             .workers_at(t0 + WARM_UP)
             .unwrap()

@@ -593,6 +593,7 @@ impl BrokerProbe for RedisCheck {
         loop {
             let ended = Arc::new(Notify::new());
             let sink = EventSink {
+                index,
                 events: Arc::clone(&events),
                 ended: Arc::clone(&ended),
             };
@@ -683,6 +684,8 @@ fn no_resp3(reason: &str) -> bool {
 /// to the events, and the connection's end to `ended`. It runs on the
 /// connection's own task, so it only parses and records.
 pub(super) struct EventSink {
+    /// Which broker's subscription this is.
+    index: usize,
     events: Arc<WorkerEvents>,
     ended: Arc<Notify>,
 }
@@ -694,7 +697,7 @@ impl redis::aio::AsyncPushSender for EventSink {
                 if let Some(Value::BulkString(message)) = info.data.get(2)
                     && let Some(event) = Event::from_redis_envelope(message)
                 {
-                    self.events.heard(event);
+                    self.events.heard(self.index, event);
                 }
             }
             PushKind::Disconnection => self.ended.notify_one(),

@@ -92,6 +92,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
             heartbeat: None,
         }]),
         queued_tasks: None,
+        worker_events: Vec::new(),
     }
 }
 

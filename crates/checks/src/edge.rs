@@ -599,6 +599,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
         queues,
         workers: Some(workers),
         queued_tasks: None,
+        worker_events: Vec::new(),
     }
 }
 

@@ -117,13 +117,41 @@ pub struct Detail {
     /// `task_instance` table; `null` when the database has none (Overseer's
     /// own SQLite) or could not be read.
     pub queued_tasks: Option<QueuedTasks>,
+    /// Each broker's subscription to the workers' heartbeats (a Celery check
+    /// with `worker_events`); empty when there is none.
+    pub worker_events: Vec<EventsDetail>,
 }
 
 impl Detail {
     /// True when there is nothing to show.
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty() && self.workers.is_none() && self.queued_tasks.is_none()
+        self.queues.is_empty()
+            && self.workers.is_none()
+            && self.queued_tasks.is_none()
+            && self.worker_events.is_empty()
     }
+}
+
+/// One broker's subscription to the workers' heartbeats.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct EventsDetail {
+    /// The broker, without credentials (`amqp://broker:5672//`).
+    pub broker: String,
+    /// `listening` (up, and keeping up), `behind` (the broker drops events
+    /// before they are read: nobody is blamed for a silence meanwhile),
+    /// `down` (not up yet, or reconnecting) or `refused` (the broker refuses
+    /// it, or cannot send pushes).
+    pub state: String,
+    /// Worker events read from it since Overseer started.
+    pub received: u64,
+    /// How many times it came up: more than one means it was lost and came
+    /// back (each time, a warm-up of two heartbeats before a silence counts).
+    pub subscribed: u64,
+    /// How many times it fell behind.
+    pub overflows: u64,
+    /// Events waiting for it in the broker, as the broker last said
+    /// (RabbitMQ); `null` where the broker keeps no queue for it (Redis).
+    pub backlog: Option<u64>,
 }
 
 /// One queue on one broker.

@@ -11,7 +11,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::detail::{
-    Detail, LoadAverage, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail, WorkerHeartbeat,
+    Detail, EventsDetail, LoadAverage, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail,
+    WorkerHeartbeat,
 };
 use overseer_core::entity::job;
 use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
@@ -188,6 +189,14 @@ pub fn full_detail() -> Detail {
                 },
             ],
         }),
+        worker_events: vec![EventsDetail {
+            broker: "redis://broker:6379/0".into(),
+            state: "listening".into(),
+            received: 1234,
+            subscribed: 2,
+            overflows: 1,
+            backlog: Some(0),
+        }],
     }
 }
 
@@ -199,6 +208,7 @@ pub fn sparse_detail() -> Detail {
         queues: vec![queue("default", "redis://broker:6379/0", None, None)],
         workers: None,
         queued_tasks: None,
+        worker_events: Vec::new(),
     }
 }
 

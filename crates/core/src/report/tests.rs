@@ -526,6 +526,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
                 overdue: 0,
             }],
         }),
+        worker_events: Vec::new(),
     });
     let live: Vec<&job::Model> = rows.iter().collect();
     let mut most_recent: [Option<&job::Model>; 4] = Default::default();
@@ -551,6 +552,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
                 "oldest_seconds": 42,
                 "queues": [{"queue": "default", "count": 2, "oldest_seconds": 42, "overdue": 0}],
             },
+            "worker_events": [],
         })
     );
     assert_eq!(instances[1]["hostname"], "sched-2");

@@ -29,6 +29,11 @@
 //! | `overseer_worker_up` | `executor`, `executor_instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet; for `overseer_worker_up`, while its heartbeats cannot be heard (`unknown`) |
 //! | `overseer_worker_active_tasks` | `executor`, `executor_instance`, `worker` | the same | the worker did not say |
 //! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `executor_instance`, `worker` | the same | the same |
+//! | `overseer_worker_events_listening` | `executor`, `executor_instance`, `broker` | broker subscribed to for the workers' heartbeats (`worker_events`) | never |
+//! | `overseer_worker_events_received_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
+//! | `overseer_worker_events_subscriptions_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
+//! | `overseer_worker_events_overflows_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
+//! | `overseer_worker_events_backlog` | `executor`, `executor_instance`, `broker` | the same | the broker keeps no queue for the subscription (Redis) |
 //!
 //! A queue is labelled by its `broker` as well as its `executor_instance`: a
 //! failover list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose
@@ -44,14 +49,15 @@
 //! ([`ApiState::with_extra_metrics`](crate::ApiState::with_extra_metrics)), read
 //! at each scrape like the actors' counters: this crate knows no alert.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod evidence;
 
 use actix_web::HttpResponse;
 use actix_web::web::Data;
 use chrono::{DateTime, Utc};
-use overseer_core::detail::{Detail, QueueDetail, QueuedOnQueue, WorkerDetail, WorkerHeartbeat};
+use overseer_core::detail::Detail;
 use overseer_core::overseer::ExecutorIdentity;
 use overseer_core::report::{ExecutorInstance, Status};
 use overseer_core::secret::scrub;
@@ -140,9 +146,10 @@ impl Metrics {
             .collect();
         [
             verdicts(&rows, now),
-            workers(&detailed),
-            queues(&detailed),
-            queued_tasks(&detailed),
+            evidence::workers(&detailed),
+            evidence::worker_events(&detailed),
+            evidence::queues(&detailed),
+            evidence::queued_tasks(&detailed),
             components(&report, now),
             executors(&self.executors),
             aggregator(&self.aggregator),
@@ -398,160 +405,6 @@ fn extra(extra: &[Arc<dyn ExtraMetrics>]) -> Vec<MetricFamily> {
             )
         })
         .collect()
-}
-
-/// The evidence beside this host's verdicts (see the module's table) comes
-/// from the rows that carry a [`Detail`].
-type Detailed<'a> = (&'a ExecutorInstance, &'a Detail);
-
-/// A worker heard by its heartbeats: its labels, itself, its latest heartbeat.
-type Heard<'a> = (
-    Vec<(&'static str, String)>,
-    &'a WorkerDetail,
-    &'a WorkerHeartbeat,
-);
-
-/// Per worker heard by its heartbeats: up, its active and processed tasks.
-fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
-    let heard: Vec<Heard> = detailed
-        .iter()
-        .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
-        .filter_map(|(i, w)| {
-            let pairs = vec![
-                ("executor", i.executor.clone().unwrap_or_default()),
-                ("executor_instance", i.instance.clone().unwrap_or_default()),
-                ("worker", w.name.clone()),
-            ];
-            Some((pairs, w, w.heartbeat.as_ref()?))
-        })
-        .collect();
-    vec![
-        family(
-            "overseer_worker_up",
-            "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline; no sample while its heartbeats cannot be heard (unknown).",
-            MetricType::GAUGE,
-            heard
-                .iter()
-                .filter_map(|(pairs, w, _)| {
-                    let up = match w.state.as_deref() {
-                        Some("online") => 1.0,
-                        Some("gone" | "offline") => 0.0,
-                        // Not known now (no subscription up): neither up nor down.
-                        _ => return None,
-                    };
-                    Some(gauge(pairs.clone(), up))
-                })
-                .collect(),
-        ),
-        family(
-            "overseer_worker_active_tasks",
-            "Tasks the worker is running, as its latest heartbeat said.",
-            MetricType::GAUGE,
-            heard
-                .iter()
-                .filter_map(|(pairs, _, h)| Some(gauge(pairs.clone(), h.active? as f64)))
-                .collect(),
-        ),
-        family(
-            "overseer_worker_processed_tasks_total",
-            "Tasks the worker has run since it started, as its latest heartbeat said.",
-            MetricType::COUNTER,
-            heard
-                .iter()
-                .filter_map(|(pairs, _, h)| Some(counter(pairs.clone(), h.processed?)))
-                .collect(),
-        ),
-    ]
-}
-
-/// Per queue on each broker: its depth and its consumers.
-fn queues(detailed: &[Detailed]) -> Vec<MetricFamily> {
-    let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("executor_instance", i.instance.clone().unwrap_or_default()),
-            ("broker", broker.to_owned()),
-            ("queue", queue.to_owned()),
-        ]
-    };
-    let queue_gauge = |value: fn(&QueueDetail) -> Option<f64>| {
-        detailed
-            .iter()
-            .flat_map(|(i, detail)| {
-                detail
-                    .queues
-                    .iter()
-                    .filter_map(move |q| Some(gauge(on_broker(i, &q.broker, &q.name), value(q)?)))
-            })
-            .collect()
-    };
-    vec![
-        family(
-            "overseer_queue_depth",
-            "Messages waiting in the queue on the broker, at this host's latest check of the executor.",
-            MetricType::GAUGE,
-            queue_gauge(|q| q.depth.map(|d| d as f64)),
-        ),
-        family(
-            "overseer_queue_consumers",
-            "Workers consuming the queue on the broker; absent when the broker cannot say (Redis without worker_ping).",
-            MetricType::GAUGE,
-            queue_gauge(|q| q.consumers.map(f64::from)),
-        ),
-    ]
-}
-
-/// Per queue: each queue with task instances queued, and each configured
-/// queue with none (known to be empty, so 0 rather than no sample).
-fn queued_tasks(detailed: &[Detailed]) -> Vec<MetricFamily> {
-    let on_queue = |i: &ExecutorInstance, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("executor_instance", i.instance.clone().unwrap_or_default()),
-            ("queue", queue.to_owned()),
-        ]
-    };
-    let queued: Vec<(&ExecutorInstance, &str, Option<&QueuedOnQueue>)> = detailed
-        .iter()
-        .filter_map(|(i, detail)| Some((*i, *detail, detail.queued_tasks.as_ref()?)))
-        .flat_map(|(i, detail, tasks)| {
-            let mut by_queue: BTreeMap<&str, Option<&QueuedOnQueue>> = detail
-                .queues
-                .iter()
-                .map(|q| (q.name.as_str(), None))
-                .collect();
-            by_queue.extend(tasks.queues.iter().map(|q| (q.queue.as_str(), Some(q))));
-            by_queue
-                .into_iter()
-                .map(move |(queue, tasks)| (i, queue, tasks))
-        })
-        .collect();
-    let queued_gauge = |value: fn(Option<&QueuedOnQueue>) -> Option<f64>| {
-        queued
-            .iter()
-            .filter_map(|(i, queue, tasks)| Some(gauge(on_queue(i, queue), value(*tasks)?)))
-            .collect()
-    };
-    vec![
-        family(
-            "overseer_queued_tasks",
-            "Task instances Airflow holds in state queued for the executor, on the queue.",
-            MetricType::GAUGE,
-            queued_gauge(|tasks| Some(tasks.map_or(0.0, |t| t.count as f64))),
-        ),
-        family(
-            "overseer_overdue_queued_tasks",
-            "Task instances queued on the queue for longer than the executor's max_queued_age (0 when that rule is off).",
-            MetricType::GAUGE,
-            queued_gauge(|tasks| Some(tasks.map_or(0.0, |t| t.overdue as f64))),
-        ),
-        family(
-            "overseer_oldest_queued_task_seconds",
-            "How long the oldest task instance queued on the queue has waited, in seconds, at the latest check.",
-            MetricType::GAUGE,
-            queued_gauge(|tasks| tasks?.oldest_seconds.map(|s| s as f64)),
-        ),
-    ]
 }
 
 fn labels(pairs: Vec<(&str, String)>) -> Vec<proto::LabelPair> {

@@ -1,0 +1,382 @@
+//! The workers' events on RabbitMQ: a queue of Overseer's own bound to the
+//! `celeryev` topic exchange for `worker.#`, consumed on a heartbeating
+//! connection of its own, in batches.
+//!
+//! The queue is bounded by the broker (a length, a TTL, a prefetch), so a
+//! flood of events costs this process at most a prefetch's worth. What the
+//! bounds drop, the broker drops: when the subscription takes less than the
+//! broker sends, the oldest events go, a live worker's heartbeats among them,
+//! and its silence would read as its death. So the queue's depth is asked at
+//! each status tick (a passive declare): a queue near its length, or holding
+//! events near their TTL, puts the subscription [`behind`](WorkerEvents::behind)
+//! and nobody is blamed for a silence on it until it has caught up and
+//! listened for two heartbeats again.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection};
+use tokio::time::{Instant, timeout, timeout_at};
+use tokio_stream::{Stream as _, StreamExt};
+
+use super::{AmqpCheck, EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT, STATUS_EVERY, WATCH_CONNECT};
+use crate::broker::{Answers, Retry};
+use crate::events::{self, Event, WorkerEvents};
+use overseer_core::secret::scrub_with;
+
+/// How long a subscription lets events gather before it takes them. Each
+/// event woke three threads (lapin's, a runtime worker, back to lapin's); taken
+/// in batches, 1,000 workers' heartbeats cost a wake per batch. A heartbeat is
+/// judged this much later at most, against two of its intervals (4 s by default).
+const GATHER: Duration = Duration::from_millis(100);
+/// How many events RabbitMQ may have in flight to a subscription before it
+/// takes (acknowledges) them: what a flood can push into this process at most.
+/// The rest waits in the broker's queue, whose TTL and length drop the oldest.
+const PREFETCH: u16 = 1_000;
+/// The most events the subscription's queue holds: past it, the broker drops
+/// the oldest (a flood's backlog, not this process's memory).
+const MAX_QUEUED: u32 = 10_000;
+/// How long a message waits in the events queue before RabbitMQ drops it
+/// (Celery's own `event_queue_ttl`): a heartbeat read late says nothing.
+const TTL: Duration = Duration::from_secs(5);
+/// How long the events queue outlives its last consumer should auto-delete
+/// not remove it (Celery's `event_queue_expires`).
+const EXPIRES: Duration = Duration::from_secs(60);
+
+/// How the subscription stands against its queue, at a status tick.
+#[derive(Debug, Clone, PartialEq)]
+enum Backlog {
+    /// No more waits than one prefetch: the subscription keeps up.
+    Clear,
+    /// More waits, but the broker drops none of it yet.
+    Waiting,
+    /// The broker drops events before they are taken: the queue is at its
+    /// length (it drops the oldest), or what waits nears its TTL. Why.
+    Dropping(String),
+}
+
+/// Judges a queue holding `backlog` events while the subscription took
+/// `taken` in the last `elapsed`.
+fn judge(backlog: u32, taken: u64, elapsed: Duration) -> Backlog {
+    if backlog <= u32::from(PREFETCH) {
+        return Backlog::Clear;
+    }
+    let rate = taken as f64 / elapsed.as_secs_f64().max(0.001);
+    if backlog >= MAX_QUEUED / 10 * 9 {
+        return Backlog::Dropping(format!(
+            "its queue holds {backlog} of at most {MAX_QUEUED} events and drops the oldest \
+             (taking {rate:.0} a second)"
+        ));
+    }
+    // What waits now is taken in backlog / rate seconds; past half the TTL,
+    // the events at its end are near being dropped.
+    let wait = f64::from(backlog) / rate.max(1.0);
+    if wait >= TTL.as_secs_f64() / 2.0 {
+        return Backlog::Dropping(format!(
+            "{backlog} events wait in its queue, about {wait:.0}s of taking at {rate:.0} a \
+             second, and the broker drops those older than {}s",
+            TTL.as_secs()
+        ));
+    }
+    Backlog::Waiting
+}
+
+/// Consumes the `worker` group of Celery's events from a queue of its own
+/// (exclusive, auto-delete) bound to the `celeryev` topic exchange for
+/// `worker.#`, on a heartbeating connection of its own.
+pub(super) async fn run(
+    check: &AmqpCheck,
+    index: usize,
+    events: Arc<WorkerEvents>,
+    answers: Answers,
+) {
+    let mut retry = Retry::new(&answers);
+    let mut told = false;
+    loop {
+        let Some(conn) = check
+            .held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT)
+            .await
+        else {
+            retry.wait(Duration::ZERO).await;
+            continue;
+        };
+        let connected = Instant::now();
+        match timeout_at(connected + WATCH_CONNECT, consume(&conn)).await {
+            Ok(Ok(subscribed)) => {
+                events.listening(index);
+                listen(check, index, &events, &conn, subscribed).await;
+                events.deaf(index);
+                tracing::debug!(broker = %check.identity, "the workers' events subscription ended");
+            }
+            Ok(Err(e)) if e.to_string().contains("ACCESS_REFUSED") => {
+                // The user may not use `celeryev` (its permissions or topic
+                // permissions): no poll's answer changes that; said once,
+                // asked again at the longest back-off.
+                let reason = scrub_with(&e.to_string(), &[&check.password]);
+                if !told {
+                    told = true;
+                    tracing::warn!(broker = %check.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
+                }
+                events.cannot_listen(
+                    index,
+                    format!(
+                        "broker {} refuses the subscription to the workers' heartbeats \
+                         (ACCESS_REFUSED: the user may not use exchange {})",
+                        check.identity,
+                        events::EXCHANGE
+                    ),
+                );
+                drop(conn);
+                retry.wait_out().await;
+                continue;
+            }
+            Ok(Err(e)) => {
+                let reason = scrub_with(&e.to_string(), &[&check.password]);
+                tracing::debug!(broker = %check.identity, %reason, "could not subscribe to the workers' events");
+            }
+            Err(_) => {
+                tracing::debug!(broker = %check.identity, "could not subscribe to the workers' events in time");
+            }
+        }
+        drop(conn);
+        retry.wait(connected.elapsed()).await;
+    }
+}
+
+/// A subscription's queue and its consumer.
+struct Subscribed {
+    channel: Channel,
+    queue: String,
+    consumer: lapin::Consumer,
+}
+
+/// Takes the events until the connection or the consumer ends, in batches,
+/// and at each status tick asks the queue's depth: behind while the broker
+/// drops events, caught up once no more than a prefetch waits.
+async fn listen(
+    check: &AmqpCheck,
+    index: usize,
+    events: &WorkerEvents,
+    conn: &Connection,
+    subscribed: Subscribed,
+) {
+    let Subscribed {
+        channel,
+        queue,
+        mut consumer,
+    } = subscribed;
+    let mut status = tokio::time::interval(STATUS_EVERY);
+    let mut last: Option<lapin::message::Delivery> = None;
+    let mut taken: u64 = 0;
+    let mut since = Instant::now();
+    'listening: loop {
+        tokio::select! {
+            delivery = consumer.next() => match delivery {
+                Some(Ok(delivery)) => {
+                    heard(index, events, &delivery);
+                    taken += 1;
+                    last = Some(delivery);
+                }
+                _ => break,
+            },
+            _ = status.tick() => {
+                if !conn.status().connected() {
+                    break;
+                }
+                let depth = timeout(STATUS_EVERY, channel.queue_declare(
+                    queue.as_str().into(),
+                    QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                    FieldTable::default(),
+                )).await;
+                match depth {
+                    Ok(Ok(declared)) => {
+                        let backlog = declared.message_count();
+                        behind_or_not(check, index, events, backlog, taken, since.elapsed());
+                        taken = 0;
+                        since = Instant::now();
+                    }
+                    // The queue or the channel is gone: subscribe again.
+                    Ok(Err(_)) => break,
+                    // The broker is too busy to say within a tick: the next one asks again.
+                    Err(_) => {}
+                }
+            },
+        }
+        // Let the next events gather in lapin's buffer, then take them all:
+        // a wake per batch, not per event.
+        tokio::time::sleep(GATHER).await;
+        // At most a prefetch's worth: the broker sends no more until these
+        // are taken.
+        for _ in 0..PREFETCH {
+            let waiting =
+                Pin::new(&mut consumer).poll_next(&mut Context::from_waker(Waker::noop()));
+            match waiting {
+                Poll::Ready(Some(Ok(delivery))) => {
+                    heard(index, events, &delivery);
+                    taken += 1;
+                    last = Some(delivery);
+                }
+                Poll::Ready(_) => break 'listening,
+                Poll::Pending => break,
+            }
+        }
+        // Taken, all of them at once: the broker may send the next.
+        if let Some(delivery) = last.take()
+            && delivery
+                .acker
+                .ack(BasicAckOptions { multiple: true })
+                .await
+                .is_err()
+        {
+            break;
+        }
+    }
+}
+
+/// Records what the queue's depth says of the subscription, and says so in
+/// the log when it falls behind or catches up.
+fn behind_or_not(
+    check: &AmqpCheck,
+    index: usize,
+    events: &WorkerEvents,
+    backlog: u32,
+    taken: u64,
+    elapsed: Duration,
+) {
+    let was_behind = events.is_behind(index);
+    match judge(backlog, taken, elapsed) {
+        Backlog::Dropping(why) => {
+            let why = format!(
+                "broker {} drops the workers' events before they are read: {why}",
+                check.identity
+            );
+            if !was_behind {
+                tracing::warn!(broker = %check.identity, reason = %why, "the workers' events arrive faster than they are read; no worker is blamed for silence until the subscription catches up");
+            }
+            events.behind(index, why, u64::from(backlog));
+        }
+        Backlog::Clear => {
+            if was_behind {
+                tracing::info!(broker = %check.identity, backlog, "the workers' events subscription caught up; silences count again after two heartbeats");
+            }
+            events.caught_up(index, u64::from(backlog));
+        }
+        // Behind stays behind until clear; keeping up stays so.
+        Backlog::Waiting if was_behind => {
+            events.behind_still(index, u64::from(backlog));
+        }
+        Backlog::Waiting => events.caught_up(index, u64::from(backlog)),
+    }
+}
+
+/// Records one delivery of the events queue, if it is a worker event.
+fn heard(index: usize, events: &WorkerEvents, delivery: &lapin::message::Delivery) {
+    if let Some(event) = Event::from_body(&delivery.data) {
+        events.heard(index, event);
+    }
+}
+
+/// Sets up the events queue and starts consuming it. The `celeryev` exchange
+/// is declared as Celery declares it (a durable topic exchange), which does
+/// nothing when a worker made it first.
+async fn consume(conn: &Connection) -> lapin::Result<Subscribed> {
+    let channel = conn.create_channel().await?;
+    channel
+        .exchange_declare(
+            events::EXCHANGE.into(),
+            lapin::ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let queue = format!("overseer.celeryev.{}", uuid::Uuid::new_v4());
+    let millis = |d: Duration| AMQPValue::LongInt(i32::try_from(d.as_millis()).unwrap_or(i32::MAX));
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-message-ttl".into(), millis(TTL));
+    arguments.insert("x-expires".into(), millis(EXPIRES));
+    arguments.insert(
+        "x-max-length".into(),
+        AMQPValue::LongInt(i32::try_from(MAX_QUEUED).unwrap_or(i32::MAX)),
+    );
+    channel
+        .queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+            arguments,
+        )
+        .await?;
+    channel
+        .queue_bind(
+            queue.as_str().into(),
+            events::EXCHANGE.into(),
+            events::WORKER_KEYS.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .basic_qos(PREFETCH, BasicQosOptions::default())
+        .await?;
+    let consumer = channel
+        .basic_consume(
+            queue.as_str().into(),
+            "overseer-events".into(),
+            BasicConsumeOptions {
+                no_ack: false,
+                ..BasicConsumeOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(Subscribed {
+        channel,
+        queue,
+        consumer,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_queue_near_its_length_or_its_ttl_is_dropping_and_a_prefetch_is_clear() {
+        // A prefetch or less waits: whatever the rate, nothing is dropped.
+        assert_eq!(judge(0, 0, SECOND), Backlog::Clear);
+        assert_eq!(judge(u32::from(PREFETCH), 0, SECOND), Backlog::Clear);
+        // The queue at its length: the broker drops the oldest, however fast
+        // the subscription takes.
+        let Backlog::Dropping(why) = judge(MAX_QUEUED, 10_000, SECOND) else {
+            panic!("a full queue drops");
+        };
+        assert_eq!(
+            why,
+            "its queue holds 10000 of at most 10000 events and drops the oldest (taking 10000 a second)"
+        );
+        // 3,000 waiting, taken at 1,000 a second: 3 s of a 5 s TTL.
+        let Backlog::Dropping(why) = judge(3_000, 2_000, 2 * SECOND) else {
+            panic!("events near their TTL are dropped");
+        };
+        assert!(why.contains("about 3s of taking at 1000 a second"), "{why}");
+        // 3,000 waiting, taken at 5,000 a second: gone in 0.6 s.
+        assert_eq!(judge(3_000, 5_000, SECOND), Backlog::Waiting);
+        // Nothing taken at all while 2,000 wait: they can only expire.
+        assert!(matches!(judge(2_000, 0, SECOND), Backlog::Dropping(_)));
+    }
+}
