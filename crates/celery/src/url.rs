@@ -258,7 +258,9 @@ impl BrokerUrl {
                 })
                 .collect()
         };
-        Ok(Self { brokers })
+        Ok(Self {
+            brokers: told_apart(brokers),
+        })
     }
 
     /// The brokers, in failover order.
@@ -420,6 +422,23 @@ fn parse_entry(entry: &str, mut at: Position) -> Result<Entry> {
         }),
     };
     Ok(Entry { at, identity, kind })
+}
+
+/// The brokers, each identity distinct: a broker whose identity an earlier
+/// one has (the list names one server twice, differing only in credentials or
+/// options) is told apart by its place in the list,
+/// `redis://broker:6379/0 (broker URL 2 of 2)`, so that its reasons, its
+/// detail and its series on `/metrics` are its own, never merged with the
+/// other's, and no credential is shown to tell them apart.
+fn told_apart(mut brokers: Vec<Broker>) -> Vec<Broker> {
+    let of = brokers.len();
+    for i in 1..brokers.len() {
+        let (earlier, rest) = brokers.split_at_mut(i);
+        if earlier.iter().any(|b| b.identity == rest[0].identity) {
+            rest[0].identity = format!("{} (broker URL {} of {of})", rest[0].identity, i + 1);
+        }
+    }
+    brokers
 }
 
 /// Merges a list of sentinel entries into the one broker they reach.
@@ -679,6 +698,28 @@ mod tests {
                 port: 6379
             }
         );
+    }
+
+    #[test]
+    fn brokers_that_differ_only_in_credentials_keep_identities_of_their_own() {
+        let url = BrokerUrl::parse(
+            "redis://:pw1@h:6379/0;redis://:pw2@h:6379/0;redis://u:pw3@h:6379/0?x=1;redis://g:6379/0",
+        )
+        .unwrap();
+        let identities: Vec<&str> = url.brokers().iter().map(|b| b.identity.as_str()).collect();
+        assert_eq!(
+            identities,
+            [
+                "redis://h:6379/0",
+                "redis://h:6379/0 (broker URL 2 of 4)",
+                "redis://h:6379/0 (broker URL 3 of 4)",
+                "redis://g:6379/0",
+            ]
+        );
+        assert!(!url.identity().contains("pw"), "{}", url.identity());
+        // A list without repeats is shown as written.
+        let url = BrokerUrl::parse("amqp://u:p@a//;amqp://u:p@b//").unwrap();
+        assert_eq!(url.identity(), "amqp://a//;amqp://b//");
     }
 
     #[test]
