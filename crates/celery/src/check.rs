@@ -408,7 +408,7 @@ impl CeleryCheck {
                     })
                     .chain(self.inner.alarm.get().map(|alarm| {
                         let (events, alarm) = (Arc::clone(events), alarm.clone());
-                        tokio::spawn(async move { ring_once_settled(&events, &alarm).await })
+                        tokio::spawn(async move { ring_on_worker_news(&events, &alarm).await })
                     }))
                     .collect(),
             )
@@ -691,20 +691,27 @@ pub fn executor_with(
 /// Rings the executor's alarm once the workers' heartbeats can be judged
 /// (warmed up, refused, or [`crate::events::SETTLE_WITHIN`] passed): the
 /// verdict that waited for them is made then, not at the next tick, which
-/// may be an hour away.
-async fn ring_once_settled(events: &WorkerEvents, alarm: &Alarm) {
+/// may be an hour away. Then rings it each time a worker falls silent for two
+/// of its heartbeats: its death is judged then, not up to a poll later.
+async fn ring_on_worker_news(events: &WorkerEvents, alarm: &Alarm) {
     loop {
         tokio::time::sleep(SETTLE_LOOK_EVERY).await;
         // Asking for the workers warms them up once listened long enough.
         let _ = events.workers();
         if !events.pending() {
             alarm.ring();
-            return;
+            break;
+        }
+    }
+    loop {
+        tokio::time::sleep(SETTLE_LOOK_EVERY).await;
+        if events.fell_silent() {
+            alarm.ring();
         }
     }
 }
 
-/// How often [`ring_once_settled`] looks.
+/// How often [`ring_on_worker_news`] looks.
 const SETTLE_LOOK_EVERY: Duration = Duration::from_millis(250);
 
 #[cfg(test)]

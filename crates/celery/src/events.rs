@@ -276,6 +276,50 @@ struct Inner {
     first_asked: Option<Instant>,
 }
 
+impl Inner {
+    /// Since when the workers are listened for continuously: the earliest
+    /// subscription still up and keeping up.
+    fn since(&self) -> Option<Instant> {
+        self.subscriptions
+            .values()
+            .filter_map(|s| match s.hearing {
+                Hearing::Up(since) => Some(since),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Whether anything can be said of the workers: a subscription has been
+    /// up for [`WARM_UP`] (now, or once: then it stays so).
+    fn warm(&mut self, now: Instant) -> bool {
+        if self
+            .since()
+            .is_some_and(|since| now.saturating_duration_since(since) >= WARM_UP)
+        {
+            self.warmed = true;
+        }
+        self.warmed
+    }
+
+    /// Marks gone each worker online but silent for two of its heartbeats
+    /// while listened for; whether one heard more than once was among them.
+    fn mark_gone(&mut self, now: Instant) -> bool {
+        let Some(since) = self.since() else {
+            return false;
+        };
+        let mut confirmed = false;
+        for heard in self.workers.values_mut() {
+            if heard.state == State::Online
+                && now.saturating_duration_since(heard.last.max(since)) > heard.freq * 2
+            {
+                heard.state = State::Gone;
+                confirmed |= heard.confirmed;
+            }
+        }
+        confirmed
+    }
+}
+
 /// Whether one broker's subscription hears the workers now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 enum Hearing {
@@ -550,6 +594,19 @@ impl WorkerEvents {
         }
     }
 
+    /// Whether a worker heard more than once (or that announced itself) has
+    /// fallen silent for two of its heartbeats, while listened for, since the
+    /// last look: marked gone now, so that the check can be asked for at once
+    /// rather than at the next poll.
+    pub(crate) fn fell_silent(&self) -> bool {
+        self.fell_silent_at(Instant::now())
+    }
+
+    fn fell_silent_at(&self, now: Instant) -> bool {
+        let mut inner = self.lock();
+        inner.warm(now) && inner.mark_gone(now)
+    }
+
     /// Every worker heard, judged now; `None` while nothing can be said (no
     /// subscription has been up for [`WARM_UP`] yet).
     pub(crate) fn workers(&self) -> Option<Vec<Worker>> {
@@ -558,20 +615,7 @@ impl WorkerEvents {
 
     fn workers_at(&self, now: Instant) -> Option<Vec<Worker>> {
         let mut inner = self.lock();
-        // Listening continuously since the earliest subscription still up
-        // and keeping up.
-        let since = inner
-            .subscriptions
-            .values()
-            .filter_map(|s| match s.hearing {
-                Hearing::Up(since) => Some(since),
-                _ => None,
-            })
-            .min();
-        if since.is_some_and(|since| now.saturating_duration_since(since) >= WARM_UP) {
-            inner.warmed = true;
-        }
-        if !inner.warmed {
+        if !inner.warm(now) {
             return None;
         }
         // The last worker's death is not forgotten while none is online.
@@ -581,14 +625,10 @@ impl WorkerEvents {
                 || (heard.state == State::Gone && !any_online)
                 || now.saturating_duration_since(heard.last) < FORGET_AFTER
         });
+        inner.mark_gone(now);
+        let since = inner.since();
         let mut workers = Vec::with_capacity(inner.workers.len());
-        for (name, heard) in &mut inner.workers {
-            if heard.state == State::Online
-                && let Some(since) = since
-                && now.saturating_duration_since(heard.last.max(since)) > heard.freq * 2
-            {
-                heard.state = State::Gone;
-            }
+        for (name, heard) in &inner.workers {
             let every_ms = u64::try_from(heard.freq.as_millis()).unwrap_or(u64::MAX);
             let state = match heard.state {
                 State::Online if since.is_none() => State::Unknown,
@@ -698,6 +738,38 @@ mod tests {
         assert_eq!(state(at(30.5)), State::Gone);
         events.heard_at(0, event("heartbeat", "celery@w1"), at(31.0), Utc::now());
         assert_eq!(state(at(31.0)), State::Online, "it spoke again");
+    }
+
+    #[test]
+    fn a_worker_falling_silent_is_told_once_the_moment_it_is_two_heartbeats_long() {
+        let events = WorkerEvents::default();
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        events.listening_at(0, t0);
+        events.heard_at(0, event("online", "celery@w1"), at(0.0), Utc::now());
+        // One forged heartbeat: a name heard once, whose silence is no fault.
+        events.heard_at(0, event("heartbeat", "celery@once"), at(3.0), Utc::now());
+        events.heard_at(0, event("heartbeat", "celery@w1"), at(4.0), Utc::now());
+        assert!(!events.fell_silent_at(at(2.0)), "not warmed up yet");
+        assert!(
+            !events.fell_silent_at(at(7.9)),
+            "still within two heartbeats"
+        );
+        assert!(!events.fell_silent_at(at(7.1)));
+        assert!(
+            events.fell_silent_at(at(8.1)),
+            "w1 silent for two heartbeats"
+        );
+        assert!(!events.fell_silent_at(at(8.4)), "told once");
+        let workers = events.workers_at(at(8.5)).unwrap();
+        assert!(
+            workers.iter().all(|w| w.state == State::Gone),
+            "{workers:?}"
+        );
+        // While nobody listens, a silence is nobody's: nothing is told.
+        events.heard_at(0, event("heartbeat", "celery@w1"), at(9.0), Utc::now());
+        events.deaf(0);
+        assert!(!events.fell_silent_at(at(20.0)));
     }
 
     #[test]
