@@ -5,6 +5,7 @@
 mod support;
 
 mod alarm;
+mod entry_cases;
 mod evidence;
 mod flush_statements;
 mod history;

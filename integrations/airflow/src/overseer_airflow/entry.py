@@ -1,8 +1,11 @@
 """The ``executor`` entry of the health JSON, from ``ExecutorJob`` rows: pure rules,
 the time passed in, no Airflow or database import.
 
-The same rules as Overseer's own entry (``crates/core/src/report.rs`` in Overseer's
-repository), held together by Overseer's conformance test ``tests/airflow_health.rs``:
+The same rules as Overseer's own entry (``crates/core/src/report/rules.rs`` in
+Overseer's repository), both held to one table of cases, ``tests/entry_cases.json``
+beside this package (read by ``tests/test_entry.py`` here and by Overseer's
+``crates/core/tests/entry_cases.rs``), and on a real Airflow by Overseer's
+``tests/airflow_health.rs``:
 
 ==========================  ====================================================
 field                       rule
