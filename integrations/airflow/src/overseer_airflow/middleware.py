@@ -256,7 +256,7 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
 class ExecutorHealthMiddleware:
     """Adds the ``executor`` entry to Airflow's health JSON (see the module doc).
 
-    ``read_rows`` (tests) replaces the read through Airflow's session;
+    ``read_rows`` (tests) replaces the read through the held connection;
     ``threshold`` replaces ``[overseer] executor_health_check_threshold``, and
     ``refresh`` ``[overseer] refresh_interval``.
     """

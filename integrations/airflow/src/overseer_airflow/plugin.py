@@ -2,7 +2,8 @@
 
 - A root middleware (:mod:`overseer_airflow.middleware`) adds the ``executor``
   entry to Airflow's own ``GET /api/v2/monitor/health``, read from the ``job``
-  table through Airflow's session: always there, whatever the configuration.
+  table on a connection of its own made from Airflow's engine
+  (:mod:`overseer_airflow.read`): always there, whatever the configuration.
 - A card on Airflow's home page (a React app, ``destination: "dashboard"``)
   shows each executor instance's health from that entry; the plugin serves its
   bundle (a ``fastapi_apps`` entry). A package built without the bundle leaves

@@ -83,15 +83,6 @@ def row(values: Sequence[Any]) -> Row:
     )
 
 
-def executor_rows(session: Any) -> list[Row]:
-    """The ``ExecutorJob`` rows the entry is built from, by :data:`QUERY`, through
-    a SQLAlchemy ``Session`` or ``Connection``; errors are the database's, raised
-    as they come."""
-    from sqlalchemy import text
-
-    return [row(r) for r in session.execute(text(QUERY))]
-
-
 class HeldConnection:
     """:data:`QUERY` through one connection of the plugin's own, made from
     ``engine`` (Airflow's) when first needed and kept: one round trip per read.
