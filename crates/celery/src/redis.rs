@@ -23,6 +23,7 @@
 
 mod ping;
 mod sentinel;
+mod subscription;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,14 +31,14 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, PushKind, RedisConnectionInfo, TlsCertificates, Value,
+    RedisConnectionInfo, TlsCertificates, Value,
 };
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, Answers, BrokerProbe, Reason, Retry, Watched, timed_out};
+use crate::broker::{self, Answers, BrokerProbe, Reason, Watched, timed_out};
 use crate::detail::QueueDepth;
-use crate::events::{self, Event, WorkerEvents};
+use crate::events::WorkerEvents;
 use crate::ping::{Pidbox, Unsent};
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
@@ -257,7 +258,7 @@ impl RedisCheck {
         &self,
         deadline: Instant,
         budget: Duration,
-        push: Option<EventSink>,
+        push: Option<subscription::EventSink>,
     ) -> Result<MultiplexedConnection, Reason> {
         match &self.target {
             Target::Direct(info) => {
@@ -283,7 +284,7 @@ impl RedisCheck {
         info: redis::ConnectionInfo,
         deadline: Instant,
         budget: Duration,
-        push: Option<EventSink>,
+        push: Option<subscription::EventSink>,
     ) -> Result<MultiplexedConnection, Reason> {
         let info = match &push {
             Some(_) => {
@@ -582,128 +583,9 @@ impl BrokerProbe for RedisCheck {
         }
     }
 
-    /// Subscribes to the `worker` group of Celery's events: a pattern
-    /// subscription to `/{db}.celeryev/worker.*` (Celery makes `celeryev` a
-    /// fanout on Redis, which kombu publishes to such channels), over RESP3, on
-    /// a connection of its own that a `PING` every [`WATCH_WAIT`] proves alive.
+    /// The workers' events, by a pattern subscription ([`subscription`]).
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
-        let pattern = format!("/{}.{}/worker.*", self.db, events::EXCHANGE);
-        let mut retry = Retry::new(&answers);
-        let mut told = false;
-        loop {
-            let ended = Arc::new(Notify::new());
-            let sink = EventSink {
-                index,
-                events: Arc::clone(&events),
-                ended: Arc::clone(&ended),
-            };
-            let deadline = Instant::now() + WATCH_CONNECT;
-            let subscribed = async {
-                let mut conn = self
-                    .connect_pushing(deadline, WATCH_CONNECT, Some(sink))
-                    .await?;
-                timeout_at(deadline, conn.psubscribe(&pattern))
-                    .await
-                    .map_err(|_| self.timed_out(WATCH_CONNECT))?
-                    .map_err(|e| self.describe(e, WATCH_CONNECT))?;
-                Ok::<_, Reason>(conn)
-            };
-            let mut conn = match subscribed.await {
-                Ok(conn) => conn,
-                Err(reason) if no_resp3(&reason) => {
-                    // A Redis older than 6: it never will; said once, and
-                    // asked again only at the longest back-off.
-                    if !told {
-                        told = true;
-                        tracing::warn!(broker = %self.identity, %reason, "the broker cannot send the workers' heartbeats (they need RESP3: Redis 6 or later); min_workers needs worker_ping = true on it");
-                    }
-                    events.cannot_listen(
-                        index,
-                        format!(
-                            "broker {} cannot send the workers' heartbeats (it does not speak RESP3: Redis 6 or later)",
-                            self.identity
-                        ),
-                    );
-                    retry.wait_out().await;
-                    continue;
-                }
-                Err(reason) if reason.contains("NOPERM") => {
-                    // An ACL user without the channel (new users get none):
-                    // no poll's answer changes that; said once, asked again
-                    // at the longest back-off.
-                    if !told {
-                        told = true;
-                        tracing::warn!(broker = %self.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
-                    }
-                    events.cannot_listen(
-                        index,
-                        format!(
-                            "broker {} refuses the subscription to the workers' heartbeats (NOPERM: the user may not read channel {pattern})",
-                            self.identity
-                        ),
-                    );
-                    retry.wait_out().await;
-                    continue;
-                }
-                Err(reason) => {
-                    tracing::debug!(broker = %self.identity, %reason, "could not subscribe to the workers' events");
-                    retry.wait(Duration::ZERO).await;
-                    continue;
-                }
-            };
-            let connected = Instant::now();
-            events.listening(index);
-            loop {
-                tokio::select! {
-                    () = ended.notified() => break,
-                    () = tokio::time::sleep(WATCH_WAIT) => {}
-                }
-                let pong = timeout_at(
-                    Instant::now() + WATCH_WAIT + WATCH_GRACE,
-                    redis::cmd("PING").query_async::<Value>(&mut conn),
-                )
-                .await;
-                if !matches!(pong, Ok(Ok(_))) {
-                    break;
-                }
-            }
-            events.deaf(index);
-            tracing::debug!(broker = %self.identity, "the workers' events subscription ended");
-            retry.wait(connected.elapsed()).await;
-        }
-    }
-}
-
-/// Whether a connection failed because the server has no `HELLO`, so no
-/// RESP3 and no pushes (Redis before 6 answers `unknown command 'HELLO'`).
-fn no_resp3(reason: &str) -> bool {
-    reason.contains("unknown command") && reason.to_ascii_uppercase().contains("HELLO")
-}
-
-/// Where a subscription's pushes go: each `pmessage` that is a worker event
-/// to the events, and the connection's end to `ended`. It runs on the
-/// connection's own task, so it only parses and records.
-pub(super) struct EventSink {
-    /// Which broker's subscription this is.
-    index: usize,
-    events: Arc<WorkerEvents>,
-    ended: Arc<Notify>,
-}
-
-impl redis::aio::AsyncPushSender for EventSink {
-    fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
-        match info.kind {
-            PushKind::PMessage => {
-                if let Some(Value::BulkString(message)) = info.data.get(2)
-                    && let Some(event) = Event::from_redis_envelope(message)
-                {
-                    self.events.heard(self.index, event);
-                }
-            }
-            PushKind::Disconnection => self.ended.notify_one(),
-            _ => {}
-        }
-        Ok(())
+        subscription::run(self, index, events, answers).await;
     }
 }
 

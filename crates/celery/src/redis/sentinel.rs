@@ -24,7 +24,7 @@ impl RedisCheck {
         settings: &RedisConnectionInfo,
         deadline: Instant,
         budget: Duration,
-        push: Option<super::EventSink>,
+        push: Option<super::subscription::EventSink>,
     ) -> Result<MultiplexedConnection, Reason> {
         let mut failures = Vec::new();
         let mut answered = false;
