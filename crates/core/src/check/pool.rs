@@ -67,8 +67,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::atomic::{AtomicBool, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::thread::Thread;
@@ -80,7 +80,7 @@ use crate::stats::ExecutorStats;
 
 mod task;
 
-use task::{DONE, SCHEDULED, Settled, Task};
+use task::{AtomicState, Settled, State, Task};
 
 /// How long one poll of an async check may hold its thread before the
 /// watchdog gives the thread to that check and puts a new one in the pool. A
@@ -165,7 +165,7 @@ impl AsyncChecks {
         match &self.0 {
             Runner::Pool(pool) => {
                 let task = Arc::new(Task {
-                    state: AtomicU8::new(SCHEDULED),
+                    state: AtomicState::new(State::Scheduled),
                     future: Mutex::new(Some(Box::pin(guarded))),
                     home: Mutex::new(None),
                     pool: pool.clone(),
@@ -462,9 +462,9 @@ fn work(pool: &Shared, me: &Worker) {
 /// Polls `task` on this thread, its home, until it is done.
 fn drive(task: &Arc<Task>) {
     loop {
-        match task.state.load(SeqCst) {
-            DONE => return,
-            SCHEDULED => {
+        match task.state.load() {
+            State::Done => return,
+            State::Scheduled => {
                 let ready = task.poll_once();
                 task.settle(ready);
             }

@@ -1,5 +1,5 @@
 //! One async check run on the pool, and its waker: a small state machine
-//! (`IDLE`, `SCHEDULED`, `RUNNING`, `NOTIFIED`, `DONE`) that makes sure only
+//! ([`State`]: idle, scheduled, running, notified, done) that makes sure only
 //! one thread polls a task at a time and that a wake during a poll is not lost.
 
 use std::pin::Pin;
@@ -12,18 +12,64 @@ use std::thread::Thread;
 
 use super::{Shared, Watched, lock};
 
-/// Task states: only the thread that moved a task to `RUNNING` polls it.
-pub(super) const IDLE: u8 = 0;
-/// Due for a poll: in the queue, or on its own thread.
-pub(super) const SCHEDULED: u8 = 1;
-pub(super) const RUNNING: u8 = 2;
-/// Woken while running: poll again.
-pub(super) const NOTIFIED: u8 = 3;
-pub(super) const DONE: u8 = 4;
+/// A task's state: only the thread that moved a task to `Running` polls it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum State {
+    /// Waits for a wake.
+    Idle = 0,
+    /// Due for a poll: in the queue, or on its own thread.
+    Scheduled = 1,
+    Running = 2,
+    /// Woken while running: poll again.
+    Notified = 3,
+    Done = 4,
+}
+
+impl State {
+    const ALL: [Self; 5] = [
+        Self::Idle,
+        Self::Scheduled,
+        Self::Running,
+        Self::Notified,
+        Self::Done,
+    ];
+}
+
+/// A [`State`] that threads change together: every move is one atomic
+/// operation (sequentially consistent), so the states above are the only
+/// values it ever holds.
+pub(super) struct AtomicState(AtomicU8);
+
+impl AtomicState {
+    pub(super) fn new(state: State) -> Self {
+        Self(AtomicU8::new(state as u8))
+    }
+
+    pub(super) fn load(&self) -> State {
+        Self::state(self.0.load(SeqCst))
+    }
+
+    pub(super) fn store(&self, state: State) {
+        self.0.store(state as u8, SeqCst);
+    }
+
+    /// Moves it from `current` to `new`, or says what it is instead.
+    pub(super) fn compare_exchange(&self, current: State, new: State) -> Result<State, State> {
+        self.0
+            .compare_exchange(current as u8, new as u8, SeqCst, SeqCst)
+            .map(Self::state)
+            .map_err(Self::state)
+    }
+
+    fn state(value: u8) -> State {
+        State::ALL[usize::from(value)]
+    }
+}
 
 /// One check run on the pool.
 pub(super) struct Task {
-    pub(super) state: AtomicU8,
+    pub(super) state: AtomicState,
     pub(super) future: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
     /// The thread that owns it, once it has one; until then, the pool's queue.
     pub(super) home: Mutex<Option<Thread>>,
@@ -40,19 +86,19 @@ impl Wake for Task {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let mut state = self.state.load(SeqCst);
+        let mut state = self.state.load();
         loop {
             let next = match state {
-                IDLE => SCHEDULED,
-                RUNNING => NOTIFIED,
+                State::Idle => State::Scheduled,
+                State::Running => State::Notified,
                 _ => return,
             };
-            match self.state.compare_exchange(state, next, SeqCst, SeqCst) {
+            match self.state.compare_exchange(state, next) {
                 Ok(_) => break,
                 Err(now) => state = now,
             }
         }
-        if state == IDLE {
+        if state == State::Idle {
             // Scheduled by this wake: to its own thread, or to the queue. (Its
             // home changes only while it runs, so not meanwhile.)
             let home = lock(&self.home).clone();
@@ -84,7 +130,7 @@ impl Task {
     pub(super) fn poll_once(self: &Arc<Self>) -> bool {
         if self
             .state
-            .compare_exchange(SCHEDULED, RUNNING, SeqCst, SeqCst)
+            .compare_exchange(State::Scheduled, State::Running)
             .is_err()
         {
             return true;
@@ -104,7 +150,7 @@ impl Task {
     /// After a poll, and after its thread learned whose it is now.
     pub(super) fn settle(self: &Arc<Self>, ready: bool) -> Settled {
         if ready {
-            self.state.store(DONE, SeqCst);
+            self.state.store(State::Done);
             if self.waits.load(SeqCst) {
                 let done = lock(&self.pool.live).remove(&self.key());
                 drop(done);
@@ -116,7 +162,7 @@ impl Task {
         if !self.waits.swap(true, SeqCst) {
             lock(&self.pool.live).insert(self.key(), self.clone());
         }
-        match self.state.compare_exchange(RUNNING, IDLE, SeqCst, SeqCst) {
+        match self.state.compare_exchange(State::Running, State::Idle) {
             Ok(_) => {
                 // The pool may have stopped during this poll, after it
                 // cancelled the tasks it held: then nothing else would cancel
@@ -129,7 +175,7 @@ impl Task {
                 Settled::Waiting
             }
             Err(_) => {
-                self.state.store(SCHEDULED, SeqCst);
+                self.state.store(State::Scheduled);
                 Settled::Again
             }
         }
@@ -140,12 +186,8 @@ impl Task {
     /// Drops its check unless a thread is polling it (the pool stopped), and
     /// lets go of it if the pool held it.
     pub(super) fn cancel(&self) {
-        for from in [IDLE, SCHEDULED] {
-            if self
-                .state
-                .compare_exchange(from, DONE, SeqCst, SeqCst)
-                .is_ok()
-            {
+        for from in [State::Idle, State::Scheduled] {
+            if self.state.compare_exchange(from, State::Done).is_ok() {
                 let check = lock(&self.future).take();
                 drop(check);
                 if self.waits.load(SeqCst) {

@@ -1,4 +1,5 @@
 use super::*;
+use std::sync::atomic::AtomicU8;
 
 /// Runs `check` on a fresh pool of two threads and waits for its outcome.
 fn run_on_pool<F>(checks: &AsyncChecks, executor: &Arc<Watched>, check: F) -> Outcome<F::Output>
