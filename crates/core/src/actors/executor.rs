@@ -168,12 +168,10 @@ pub struct ExecutorActor {
     policy: RestartPolicy,
     /// Recent restart times: policy state, kept across restarts.
     restarts: VecDeque<Instant>,
-    /// While backing off: until when.
-    backoff_until: Option<Instant>,
+    /// Where it stands against the restart policy.
+    standing: Standing,
     /// How long the next back-off lasts: the policy's, doubling.
     backoff: Backoff,
-    /// The restart limit was passed and no check has answered since.
-    tripped: bool,
     /// Where async checks run: the watched pool of check threads, so that a
     /// check that blocks when it should not stalls neither the actors nor the
     /// other checks ([`AsyncChecks::tasks_of`] in tests with paused time).
@@ -212,9 +210,8 @@ impl ExecutorActor {
             stats,
             policy,
             restarts: VecDeque::new(),
-            backoff_until: None,
+            standing: Standing::Within,
             backoff: Backoff::new(policy.backoff, policy.max_backoff),
-            tripped: false,
             flow: FlowWatch::default(),
             queued: None,
             running: false,
@@ -292,6 +289,18 @@ impl ExecutorActor {
     }
 }
 
+/// Where an executor's actor stands against its restart policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Within the policy's restarts: a panic restarts it at once.
+    Within,
+    /// Past the limit: polls are answered unhealthy, without a check, until then.
+    BackingOff { until: Instant },
+    /// Past the limit, its back-off over: the next panic backs off again,
+    /// twice as long; a check that answers brings it back within.
+    Probation,
+}
+
 /// A running check: its observation, or the panic's message.
 type Outcome = std::pin::Pin<Box<dyn Future<Output = Result<Observation, String>>>>;
 
@@ -319,10 +328,11 @@ impl Supervised for ExecutorActor {
         }
         // Past the limit, every further restart backs off, each time twice as
         // long, until the check answers once without panicking.
-        if self.tripped || self.restarts.len() > self.policy.max_restarts {
-            self.tripped = true;
+        if self.standing != Standing::Within || self.restarts.len() > self.policy.max_restarts {
             let backoff = self.backoff.next_delay();
-            self.backoff_until = Some(now + backoff);
+            self.standing = Standing::BackingOff {
+                until: now + backoff,
+            };
             tracing::warn!(
                 executor = %self.executor.label(),
                 restarts = self.restarts.len(),
@@ -340,7 +350,7 @@ impl Handler<CheckHealth> for ExecutorActor {
     /// one future (the supervisor's guard sends no second poll meanwhile).
     fn handle(&mut self, poll: CheckHealth, ctx: &mut Context<Self>) {
         let reply = poll.reply;
-        if let Some(until) = self.backoff_until {
+        if let Standing::BackingOff { until } = self.standing {
             if Instant::now() < until {
                 let reason = format!(
                     "health check panicked {} times within {}; not run again for {}s",
@@ -351,7 +361,7 @@ impl Handler<CheckHealth> for ExecutorActor {
                 reply.send(ExecutorHealth::unhealthy(reason).into());
                 return;
             }
-            self.backoff_until = None;
+            self.standing = Standing::Probation;
         }
         if self.running {
             self.waiting.push(reply);
@@ -368,7 +378,7 @@ impl Handler<CheckHealth> for ExecutorActor {
                     // ([`crate::reason`]), flow findings and panics included.
                     let answer = crate::reason::sanitise_observation(match outcome {
                         Ok(observation) => {
-                            act.tripped = false;
+                            act.standing = Standing::Within;
                             act.backoff.reset();
                             // Every verdict passes here on its way to the table
                             // and the report: a check that quotes a URL in its
