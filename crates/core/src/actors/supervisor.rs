@@ -97,6 +97,9 @@ struct InFlight {
     sent: Instant,
     /// Its timeout has already been reported; the answer, when it comes, is dropped.
     timed_out: bool,
+    /// The executor's alarm rang while it was in flight: what it answers may
+    /// predate the ring, so one more poll follows its answer.
+    rung: bool,
 }
 
 /// One executor, as the supervisor sees it.
@@ -118,9 +121,6 @@ struct Polled {
     detail: Option<Arc<Detail>>,
     /// The note of the verdict held.
     note: Option<String>,
-    /// Its alarm rang while a poll was in flight: what that poll answers may
-    /// predate the ring, so one more poll follows its answer.
-    rung: bool,
 }
 
 /// The actor that polls every executor.
@@ -159,7 +159,6 @@ impl HealthSupervisor {
                 reported_at: None,
                 detail: None,
                 note: None,
-                rung: false,
             })
             .collect();
         Self {
@@ -195,6 +194,7 @@ impl HealthSupervisor {
                 tick,
                 sent: now,
                 timed_out: false,
+                rung: false,
             });
             ExecutorStats::bump(&executor.stats.polls);
             // The guard keeps at most one poll in the executor's mailbox, so it
@@ -221,17 +221,17 @@ impl HealthSupervisor {
         let Some(executor) = self.executors.get_mut(index) else {
             return;
         };
-        if executor.in_flight.is_some() {
-            executor.rung = true;
+        if let Some(in_flight) = executor.in_flight.as_mut() {
+            in_flight.rung = true;
             return;
         }
-        executor.rung = false;
         self.tick += 1;
         let tick = self.tick;
         executor.in_flight = Some(InFlight {
             tick,
             sent: Instant::now(),
             timed_out: false,
+            rung: false,
         });
         ExecutorStats::bump(&executor.stats.polls);
         tracing::debug!(executor = %executor.label, "alarm: polling at once");
@@ -292,7 +292,8 @@ impl HealthSupervisor {
 
     /// An executor's answer: clears the guard it answers (the tick matches),
     /// and is observed, or, after its poll timed out, counted and dropped.
-    fn answered(&mut self, answer: Answered) {
+    /// Whether the executor's alarm rang while that poll was in flight.
+    fn answered(&mut self, answer: Answered) -> bool {
         let Answered {
             executor: index,
             tick,
@@ -302,12 +303,12 @@ impl HealthSupervisor {
             pending,
         } = answer;
         let Some(executor) = self.executors.get_mut(index) else {
-            return;
+            return false;
         };
         // An answer to a poll not in flight (none is, or another tick's) is
         // not this supervisor's to count.
         let Some(in_flight) = executor.in_flight.filter(|f| f.tick == tick) else {
-            return;
+            return false;
         };
         executor.in_flight = None;
         if in_flight.timed_out {
@@ -318,10 +319,11 @@ impl HealthSupervisor {
                 after = ?in_flight.sent.elapsed(),
                 "answer came after the poll timed out; dropped"
             );
-            return;
+            return in_flight.rung;
         }
         executor.stats.observe_poll(in_flight.sent.elapsed());
         self.observe(index, health, detail, note, pending);
+        in_flight.rung
     }
 
     /// Applies the damping thresholds, and reports the verdict that results;
@@ -442,13 +444,8 @@ impl Handler<Answered> for HealthSupervisor {
 
     fn handle(&mut self, answer: Answered, ctx: &mut Context<Self>) {
         let index = answer.executor;
-        self.answered(answer);
         // A ring during the poll just answered: poll again, now.
-        if self
-            .executors
-            .get(index)
-            .is_some_and(|e| e.rung && e.in_flight.is_none())
-        {
+        if self.answered(answer) {
             self.poll_now(index, ctx);
         }
     }
