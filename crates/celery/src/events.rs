@@ -112,6 +112,8 @@ struct Heard {
     /// a worker sends when it starts): a worker, not a name that one forged
     /// heartbeat made up.
     confirmed: bool,
+    /// When its silence made it gone (while listened for).
+    gone_at: Option<Instant>,
 }
 
 /// A worker's state as its events tell it.
@@ -194,6 +196,7 @@ impl Inner {
                 && now.saturating_duration_since(heard.last.max(since)) > heard.freq * 2
             {
                 heard.state = State::Gone;
+                heard.gone_at = Some(now);
                 confirmed |= heard.confirmed;
             }
         }
@@ -272,6 +275,7 @@ impl WorkerEvents {
                     said_offline: state == State::Offline,
                     contradicted: None,
                     confirmed: event.kind == Kind::Online,
+                    gone_at: None,
                 },
             );
             return;
@@ -297,6 +301,7 @@ impl WorkerEvents {
         heard.last_at = now_at;
         heard.freq = freq;
         heard.state = state;
+        heard.gone_at = None;
         heard.active = event.active.or(heard.active);
         heard.processed = event.processed.or(heard.processed);
         heard.loadavg = event.loadavg.or(heard.loadavg);

@@ -642,8 +642,9 @@ async fn rabbitmq_a_flood_that_overflows_the_subscription_blames_no_live_worker(
         subscription(p).is_some_and(|s| s.state == "behind")
     })
     .await;
-    let behind = subscription(&probe).unwrap();
-    assert!(behind.backlog.is_some_and(|b| b > 1_000), "{behind:?}");
+    // Behind: its queue near its length (its backlog then says so), or the
+    // broker too busy to say how many wait.
+    assert!(subscription(&probe).is_some_and(|s| s.overflows == 1));
     // Three heartbeats' worth of the flood: every sample honest.
     let mut samples = 0;
     let flooded = Instant::now();
@@ -669,11 +670,16 @@ async fn rabbitmq_a_flood_that_overflows_the_subscription_blames_no_live_worker(
             ExecutorHealth::Healthy => {
                 if subscription(&probe).is_some_and(|s| s.state == "behind") {
                     let note = probe.reason.as_deref().unwrap_or_default();
-                    assert!(
+                    // Dropping events, or too busy to say how many wait.
+                    let said = |what: &str| {
                         note.starts_with(&format!(
-                            "workers not watched: broker {} drops the workers' events before they are read: ",
+                            "workers not watched: broker {} {what}",
                             check.instance()
-                        )),
+                        ))
+                    };
+                    assert!(
+                        said("drops the workers' events before they are read: ")
+                            || said("did not say within 1s how many of the workers' events wait"),
                         "{note}"
                     );
                     assert!(!note.contains("guest:guest"), "{note}");

@@ -161,8 +161,10 @@ struct Subscribed {
 }
 
 /// Takes the events until the connection or the consumer ends, in batches,
-/// and at each status tick asks the queue's depth: behind while the broker
-/// drops events, caught up once no more than a prefetch waits.
+/// and asks the queue's depth at each status tick, and at once after a full
+/// batch (the broker had more waiting: a flood may have begun): behind while
+/// the broker drops events, or while it cannot say within a tick how many
+/// wait; caught up once no more than a prefetch waits.
 async fn listen(
     check: &AmqpCheck,
     index: usize,
@@ -177,14 +179,14 @@ async fn listen(
     } = subscribed;
     let mut status = tokio::time::interval(STATUS_EVERY);
     let mut last: Option<lapin::message::Delivery> = None;
-    let mut taken: u64 = 0;
-    let mut since = Instant::now();
+    let mut taken = Taken::new();
     'listening: loop {
+        let mut ask = false;
         tokio::select! {
             delivery = consumer.next() => match delivery {
                 Some(Ok(delivery)) => {
                     heard(index, events, &delivery);
-                    taken += 1;
+                    taken.count += 1;
                     last = Some(delivery);
                 }
                 _ => break,
@@ -193,23 +195,7 @@ async fn listen(
                 if !conn.status().connected() {
                     break;
                 }
-                let depth = timeout(STATUS_EVERY, channel.queue_declare(
-                    queue.as_str().into(),
-                    QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
-                    FieldTable::default(),
-                )).await;
-                match depth {
-                    Ok(Ok(declared)) => {
-                        let backlog = declared.message_count();
-                        behind_or_not(check, index, events, backlog, taken, since.elapsed());
-                        taken = 0;
-                        since = Instant::now();
-                    }
-                    // The queue or the channel is gone: subscribe again.
-                    Ok(Err(_)) => break,
-                    // The broker is too busy to say within a tick: the next one asks again.
-                    Err(_) => {}
-                }
+                ask = true;
             },
         }
         // Let the next events gather in lapin's buffer, then take them all:
@@ -217,19 +203,21 @@ async fn listen(
         tokio::time::sleep(GATHER).await;
         // At most a prefetch's worth: the broker sends no more until these
         // are taken.
+        let mut batch = 0;
         for _ in 0..PREFETCH {
             let waiting =
                 Pin::new(&mut consumer).poll_next(&mut Context::from_waker(Waker::noop()));
             match waiting {
                 Poll::Ready(Some(Ok(delivery))) => {
                     heard(index, events, &delivery);
-                    taken += 1;
+                    batch += 1;
                     last = Some(delivery);
                 }
                 Poll::Ready(_) => break 'listening,
                 Poll::Pending => break,
             }
         }
+        taken.count += batch;
         // Taken, all of them at once: the broker may send the next.
         if let Some(delivery) = last.take()
             && delivery
@@ -240,43 +228,117 @@ async fn listen(
         {
             break;
         }
+        if (ask || (batch == u64::from(PREFETCH) && taken.since.elapsed() >= ASK_AFTER_FULL))
+            && ask_depth(check, index, events, &channel, &queue, &mut taken)
+                .await
+                .is_err()
+        {
+            // The queue or the channel is gone: subscribe again.
+            break;
+        }
     }
 }
 
-/// Records what the queue's depth says of the subscription, and says so in
-/// the log when it falls behind or catches up.
-fn behind_or_not(
+/// After a full batch, the depth is asked at once, but not more often than
+/// this.
+const ASK_AFTER_FULL: Duration = Duration::from_millis(250);
+
+/// The events taken since the depth was last asked.
+struct Taken {
+    count: u64,
+    since: Instant,
+}
+
+impl Taken {
+    fn new() -> Self {
+        Self {
+            count: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// Asks the queue's depth (a passive declare) and records what it says of
+/// the subscription; `Err` when the queue or the channel is gone.
+async fn ask_depth(
     check: &AmqpCheck,
     index: usize,
     events: &WorkerEvents,
-    backlog: u32,
-    taken: u64,
-    elapsed: Duration,
-) {
-    let was_behind = events.is_behind(index);
-    match judge(backlog, taken, elapsed) {
-        Backlog::Dropping(why) => {
-            let why = format!(
+    channel: &Channel,
+    queue: &str,
+    taken: &mut Taken,
+) -> Result<(), ()> {
+    let declared = timeout(
+        STATUS_EVERY,
+        channel.queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        ),
+    )
+    .await;
+    let backlog = match declared {
+        Ok(Ok(declared)) => declared.message_count(),
+        Ok(Err(_)) => return Err(()),
+        // Too busy to say within a tick how many wait: nothing tells that it
+        // drops none, so nobody is blamed meanwhile.
+        Err(_) => {
+            fall_behind(
+                check,
+                index,
+                events,
+                format!(
+                    "broker {} did not say within {}s how many of the workers' events wait",
+                    check.identity,
+                    STATUS_EVERY.as_secs()
+                ),
+                None,
+            );
+            return Ok(());
+        }
+    };
+    match judge(backlog, taken.count, taken.since.elapsed()) {
+        Backlog::Dropping(why) => fall_behind(
+            check,
+            index,
+            events,
+            format!(
                 "broker {} drops the workers' events before they are read: {why}",
                 check.identity
-            );
-            if !was_behind {
-                tracing::warn!(broker = %check.identity, reason = %why, "the workers' events arrive faster than they are read; no worker is blamed for silence until the subscription catches up");
-            }
-            events.behind(index, why, u64::from(backlog));
-        }
+            ),
+            Some(u64::from(backlog)),
+        ),
         Backlog::Clear => {
-            if was_behind {
+            if events.is_behind(index) {
                 tracing::info!(broker = %check.identity, backlog, "the workers' events subscription caught up; silences count again after two heartbeats");
             }
             events.caught_up(index, u64::from(backlog));
         }
         // Behind stays behind until clear; keeping up stays so.
-        Backlog::Waiting if was_behind => {
+        Backlog::Waiting if events.is_behind(index) => {
             events.behind_still(index, u64::from(backlog));
         }
         Backlog::Waiting => events.caught_up(index, u64::from(backlog)),
     }
+    *taken = Taken::new();
+    Ok(())
+}
+
+/// Puts the subscription behind for `why`, said in the log when it falls.
+fn fall_behind(
+    check: &AmqpCheck,
+    index: usize,
+    events: &WorkerEvents,
+    why: String,
+    backlog: Option<u64>,
+) {
+    if !events.is_behind(index) {
+        tracing::warn!(broker = %check.identity, reason = %why, "the workers' events may be lost before they are read; no worker is blamed for silence until the subscription catches up");
+    }
+    events.behind(index, why, backlog);
 }
 
 /// Records one delivery of the events queue, if it is a worker event.

@@ -3,7 +3,13 @@
 
 use tokio::time::Instant;
 
-use super::{Inner, WorkerEvents};
+use std::time::Duration;
+
+use super::{Inner, State, WorkerEvents};
+
+/// How long before a subscription is found behind its broker may have been
+/// dropping events: the queue's TTL (5 s) and a status tick, with margin.
+const MAY_HAVE_DROPPED: Duration = Duration::from_secs(8);
 
 /// Whether one broker's subscription hears the workers now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,14 +98,35 @@ impl WorkerEvents {
     /// it takes them (`why`, naming the broker), `backlog` of them waiting.
     /// Until it has [`caught_up`](Self::caught_up), nobody is blamed for a
     /// silence on it.
-    pub(crate) fn behind(&self, index: usize, why: String, backlog: u64) {
+    pub(crate) fn behind(&self, index: usize, why: String, backlog: Option<u64>) {
+        self.behind_at(index, why, backlog, Instant::now());
+    }
+
+    pub(super) fn behind_at(&self, index: usize, why: String, backlog: Option<u64>, now: Instant) {
         let mut inner = self.lock();
         let subscription = inner.subscriptions.entry(index).or_default();
-        if !matches!(subscription.hearing, Hearing::Behind(_)) {
-            subscription.overflows += 1;
-        }
+        let fell = !matches!(subscription.hearing, Hearing::Behind(_));
         subscription.hearing = Hearing::Behind(why);
-        subscription.backlog = Some(backlog);
+        if backlog.is_some() {
+            subscription.backlog = backlog;
+        }
+        if fell {
+            subscription.overflows += 1;
+            // The broker may have dropped events for a while before this was
+            // seen (at most a TTL's worth, and a tick): a worker found gone
+            // meanwhile may have been silenced by it, so it is not blamed;
+            // it has two heartbeats again once the subscription has caught up.
+            for heard in inner.workers.values_mut() {
+                if heard.state == State::Gone
+                    && heard
+                        .gone_at
+                        .is_some_and(|at| now.saturating_duration_since(at) <= MAY_HAVE_DROPPED)
+                {
+                    heard.state = State::Online;
+                    heard.gone_at = None;
+                }
+            }
+        }
     }
 
     /// Broker `index`'s subscription, behind, has `backlog` events waiting:

@@ -152,8 +152,8 @@ fn a_subscription_behind_blames_nobody_until_it_has_caught_up_and_listened_again
     assert_eq!(events.workers_at(at(4)).unwrap()[0].state, State::Online);
     // The broker drops events from 5 s on: w1's heartbeats among them.
     let why = "broker amqp://rabbit:5672// drops the workers' events before they are read";
-    events.behind(0, why.to_owned(), 10_000);
-    events.behind(0, why.to_owned(), 9_950);
+    events.behind(0, why.to_owned(), Some(10_000));
+    events.behind(0, why.to_owned(), Some(9_950));
     assert_eq!(events.workers_at(at(30)).unwrap()[0].state, State::Unknown);
     assert_eq!(events.unheard().as_deref(), Some(why));
     assert!(events.refused(), "said beside the verdict, not passed over");
@@ -185,6 +185,38 @@ fn a_subscription_behind_blames_nobody_until_it_has_caught_up_and_listened_again
             backlog: Some(0),
         },
         "one fall behind counted once, the events read counted"
+    );
+}
+
+#[test]
+fn a_worker_found_gone_just_before_the_subscription_is_found_behind_is_not_blamed() {
+    let events = WorkerEvents::default();
+    let t0 = Instant::now();
+    let at = |s: f64| t0 + Duration::from_secs_f64(s);
+    events.listening_at(0, t0);
+    events.heard_at(0, event("online", "celery@live"), at(0.0), Utc::now());
+    events.heard_at(0, event("online", "celery@dead"), at(0.0), Utc::now());
+    events.heard_at(0, event("heartbeat", "celery@live"), at(10.0), Utc::now());
+    // dead: silent since 0 s, gone at 4.1 s; live: heard at 10 s, its
+    // heartbeats dropped by a flooded broker from then on, gone at 14.1 s.
+    assert!(events.fell_silent_at(at(4.1)));
+    assert!(events.fell_silent_at(at(14.1)));
+    // The flood is found at 16 s: the broker may have dropped events for up
+    // to a TTL and a tick before, so live's silence is not held against it;
+    // dead's, 12 s old, is.
+    events.behind_at(0, "behind".to_owned(), None, at(16.0));
+    let states: Vec<(String, State)> = events
+        .workers_at(at(16.0))
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.name, w.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("celery@dead".to_owned(), State::Gone),
+            ("celery@live".to_owned(), State::Unknown),
+        ]
     );
 }
 
