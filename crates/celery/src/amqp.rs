@@ -279,19 +279,9 @@ impl AmqpCheck {
         deadline: Instant,
         budget: Duration,
     ) -> Result<Declared, Reason> {
-        let declared = timeout_at(
-            deadline,
-            channel.queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            ),
-        )
-        .await
-        .map_err(|_| self.timed_out(budget))?;
+        let declared = timeout_at(deadline, declare_passive(channel, queue))
+            .await
+            .map_err(|_| self.timed_out(budget))?;
         match declared {
             Ok(found) => Ok(Declared::Found(QueueDepth {
                 queue: queue.to_owned(),
@@ -507,6 +497,21 @@ async fn until_lost(conn: &Connection) {
             },
         }
     }
+}
+
+/// A passive `queue.declare` of `queue`: its ready messages and consumers,
+/// without making it.
+async fn declare_passive(channel: &lapin::Channel, queue: &str) -> lapin::Result<lapin::Queue> {
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
 }
 
 /// The AMQP soft error (channel-level: 403, 404, 406, ...) behind a lapin error.

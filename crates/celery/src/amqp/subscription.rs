@@ -26,7 +26,10 @@ use lapin::{Channel, Connection};
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_stream::{Stream as _, StreamExt};
 
-use super::{AmqpCheck, EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT, STATUS_EVERY, WATCH_CONNECT};
+use super::{
+    AmqpCheck, EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT, STATUS_EVERY, WATCH_CONNECT,
+    declare_passive,
+};
 use crate::broker::{Answers, Retry};
 use crate::events::{self, Event, WorkerEvents};
 use overseer_core::secret::scrub_with;
@@ -268,18 +271,7 @@ async fn ask_depth(
     queue: &str,
     taken: &mut Taken,
 ) -> Result<(), ()> {
-    let declared = timeout(
-        STATUS_EVERY,
-        channel.queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        ),
-    )
-    .await;
+    let declared = timeout(STATUS_EVERY, declare_passive(channel, queue)).await;
     let backlog = match declared {
         Ok(Ok(declared)) => declared.message_count(),
         Ok(Err(_)) => return Err(()),
