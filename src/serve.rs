@@ -155,7 +155,9 @@ pub fn executor(
     database: &SecretUrl,
     poll_timeout: Duration,
 ) -> anyhow::Result<Executor> {
-    Ok(check(config, database, poll_timeout)?.with_max_queued_age(config.max_queued_age))
+    Ok(check(config, database, poll_timeout)?
+        .with_max_queued_age(config.max_queued_age)
+        .with_canary_max_pickup(config.canary_max_pickup))
 }
 
 /// The executor of [`executor`], with its check and nothing else.

@@ -109,7 +109,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, worker_events, min_workers, max_queued_age, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
         },
         Case {
             what: "unsupported database, password not shown",

@@ -14,6 +14,7 @@ mod airflow_plugin;
 mod alerts;
 mod api;
 mod bounds;
+mod canary;
 mod celery;
 mod cli;
 mod config;

@@ -14,6 +14,7 @@
 //! | `thresholds.executor` | 1s (and 2.1 x `heartbeat_interval`) | 7days | refused |
 //! | `history.retention` | 1h | 10years | keeps forever |
 //! | `executors[].max_queued_age` | 1s | 7days | turns the rules off |
+//! | `executors[].canary_max_pickup` | 1s | 7days | turns the rule off |
 //! | `alerts[].min_duration` | 0s | 7days | alerts at once |
 //! | `alerts[].retry_for` | 0s | 7days | tries once |
 //!
@@ -72,7 +73,7 @@ const ALERT: Bounds = Bounds {
 
 /// Every duration key, with its bounds; `executors[]` and `alerts[]` keys as
 /// written for any entry.
-pub const DURATIONS: [(&str, Bounds); 12] = [
+pub const DURATIONS: [(&str, Bounds); 13] = [
     ("supervisor.poll_interval", INTERVAL),
     (
         "supervisor.poll_timeout",
@@ -100,6 +101,13 @@ pub const DURATIONS: [(&str, Bounds); 12] = [
         "executors[].max_queued_age",
         Bounds {
             zero: Some("turns the rules off"),
+            ..THRESHOLD
+        },
+    ),
+    (
+        "executors[].canary_max_pickup",
+        Bounds {
+            zero: Some("turns the rule off"),
             ..THRESHOLD
         },
     ),

@@ -262,6 +262,11 @@ pub struct ExecutorConfig {
     /// these rules off.
     #[serde(default = "default_max_queued_age", with = "duration")]
     pub max_queued_age: Duration,
+    /// Any executor, with the plugin's canary DAG installed: how long a canary
+    /// task may wait in `queued` for a worker before the executor is
+    /// unhealthy; `0s` turns that rule off (a failed canary still counts).
+    #[serde(default = "default_canary_max_pickup", with = "duration")]
+    pub canary_max_pickup: Duration,
     /// Celery only: TLS to the broker whatever the URL's scheme, as Airflow's
     /// `[celery] ssl_active` turns on Celery's `broker_use_ssl` (the certificate is
     /// then always verified).
@@ -394,6 +399,7 @@ impl ExecutorConfig {
             worker_events: true,
             min_workers: 0,
             max_queued_age: default_max_queued_age(),
+            canary_max_pickup: default_canary_max_pickup(),
             ssl_active: false,
             ssl_key: None,
             ssl_cert: None,
@@ -430,6 +436,11 @@ fn default_max_stream_clients() -> u32 {
 /// `max_queued_age` by default: 5 min ([`overseer_core::flow::DEFAULT_MAX_QUEUED_AGE`]).
 pub fn default_max_queued_age() -> Duration {
     overseer_core::flow::DEFAULT_MAX_QUEUED_AGE
+}
+
+/// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).
+pub fn default_canary_max_pickup() -> Duration {
+    overseer_core::canary::DEFAULT_MAX_PICKUP
 }
 
 /// Airflow's default queue (`[operators] default_queue`).

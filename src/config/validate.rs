@@ -61,14 +61,14 @@ pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigE
 /// figment's own lookup stops at the array, so every field would be said to
 /// come from whoever wrote the array last: Airflow's executor list, when it
 /// names the executor. The keys Airflow never writes (`check_command`,
-/// `check_url`, `check_cacert`, `max_queued_age`) are carried from an earlier layer with their values' own tags,
+/// `check_url`, `check_cacert`, `max_queued_age`, `canary_max_pickup`) are carried from an earlier layer with their values' own tags,
 /// so for those the value itself says where it was written (`overseer.toml`,
 /// `OVERSEER_EXECUTORS`).
 fn executor_origin(figment: &Figment, index: usize, field: &str) -> String {
     let path = format!("executors.{index}.{field}");
     if !matches!(
         field,
-        "check_command" | "check_url" | "check_cacert" | "max_queued_age"
+        "check_command" | "check_url" | "check_cacert" | "max_queued_age" | "canary_max_pickup"
     ) {
         return origin_of(figment, &path);
     }
@@ -247,6 +247,9 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
     bounds::of("executors[].max_queued_age")
         .check(executor.max_queued_age)
         .map_err(|problem| ("max_queued_age", problem))?;
+    bounds::of("executors[].canary_max_pickup")
+        .check(executor.canary_max_pickup)
+        .map_err(|problem| ("canary_max_pickup", problem))?;
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
         return Err((
             "queues",

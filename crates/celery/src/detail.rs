@@ -83,6 +83,7 @@ impl Probe {
             workers,
             queued_tasks: None,
             worker_events: self.subscriptions.clone(),
+            canary: None,
         }
     }
 }

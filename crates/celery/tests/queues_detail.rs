@@ -103,6 +103,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
         }]),
         queued_tasks: None,
         worker_events: Vec::new(),
+        canary: None,
     }
 }
 

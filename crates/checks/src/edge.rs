@@ -600,6 +600,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
         workers: Some(workers),
         queued_tasks: None,
         worker_events: Vec::new(),
+        canary: None,
     }
 }
 

@@ -121,6 +121,9 @@ pub struct Executor {
     /// that does not move) before the executor is unhealthy; `ZERO` turns those
     /// rules off ([`crate::flow`]).
     pub max_queued_age: Duration,
+    /// How long a queued canary may wait for a worker before the executor is
+    /// unhealthy; `ZERO` turns that rule off ([`crate::canary`]).
+    pub canary_max_pickup: Duration,
     /// Rung by a check that holds a connection, when it closes or stops
     /// answering: the supervisor polls the executor at once ([`alarm`]).
     pub alarm: Option<Alarm>,
@@ -142,6 +145,7 @@ impl Executor {
             executor_class: executor_class.into(),
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
             alarm: None,
             factory: Arc::new(move || Check::Async(Arc::new(factory()))),
         }
@@ -156,6 +160,7 @@ impl Executor {
             executor_class: executor_class.into(),
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
             alarm: None,
             factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
         }
@@ -191,6 +196,12 @@ impl Executor {
         self
     }
 
+    /// Sets how long a queued canary may wait for a worker (`ZERO`: never judged).
+    pub fn with_canary_max_pickup(mut self, max_pickup: Duration) -> Self {
+        self.canary_max_pickup = max_pickup;
+        self
+    }
+
     /// `class` or `class @ instance`, for logs.
     pub fn label(&self) -> String {
         match &self.instance {
@@ -211,6 +222,7 @@ impl fmt::Debug for Executor {
             .field("executor_class", &self.executor_class)
             .field("instance", &self.instance)
             .field("max_queued_age", &self.max_queued_age)
+            .field("canary_max_pickup", &self.canary_max_pickup)
             .finish_non_exhaustive()
     }
 }

@@ -120,6 +120,10 @@ pub struct Detail {
     /// Each broker's subscription to the workers' heartbeats (a Celery check
     /// with `worker_events`); empty when there is none.
     pub worker_events: Vec<EventsDetail>,
+    /// The canary's latest runs on this executor's queues
+    /// ([`crate::canary`]); `null` when the canary DAG is not installed, or
+    /// Airflow's tables cannot be read.
+    pub canary: Option<CanaryDetail>,
 }
 
 impl Detail {
@@ -129,6 +133,69 @@ impl Detail {
             && self.workers.is_none()
             && self.queued_tasks.is_none()
             && self.worker_events.is_empty()
+            && self.canary.is_none()
+    }
+}
+
+/// The canary DAG, and its latest runs on one executor's queues.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CanaryDetail {
+    /// The DAG's id (`overseer_canary`).
+    pub dag_id: String,
+    /// `scheduled`, `paused`, `stale` (its file is gone from the DAG folder),
+    /// `import errors` or `not scheduled` (its next run is overdue, or it has none).
+    pub dag: String,
+    /// Per queue its canary runs on, by name.
+    pub queues: Vec<CanaryOnQueue>,
+}
+
+/// The canary on one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CanaryOnQueue {
+    /// The queue (`task_instance.queue`).
+    pub queue: String,
+    /// The latest run's id.
+    pub run_id: String,
+    /// Its canary's state (`queued`, `running`, `success`, `failed`, ...);
+    /// `null` before the scheduler gave it one.
+    pub state: Option<String>,
+    /// How long a canary has waited in `queued` for a worker, in whole
+    /// seconds; `null` when none waits.
+    pub waiting_seconds: Option<u64>,
+    /// From queued to started, in seconds, of the latest canary a worker
+    /// started.
+    #[schema(value_type = Option<f64>)]
+    pub pickup_seconds: Option<Seconds>,
+    /// From started to ended, in seconds, of the latest that succeeded.
+    #[schema(value_type = Option<f64>)]
+    pub run_seconds: Option<Seconds>,
+    /// When the latest that succeeded ended, among the runs read; `null`
+    /// when none of them did.
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub last_success: Option<DateTime<Utc>>,
+}
+
+/// Seconds (`3.25`), compared by their bits so that the detail they sit in
+/// can be compared whole.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Seconds(pub f64);
+
+impl PartialEq for Seconds {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Seconds {}
+
+fn optional_timestamp<S: serde::Serializer>(
+    at: &Option<DateTime<Utc>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => timestamp(at, serializer),
+        None => serializer.serialize_none(),
     }
 }
 

@@ -13,6 +13,11 @@
 //! | a queue with messages and no consumer | it stayed so for the limit | `queue gpu: messages waiting and no worker consumed it in 5m` |
 //! | a queue with messages whose depth never went down | for the limit, consumers or not known | `queue default: messages waiting, none taken in 5m` |
 //!
+//! The canary ([`crate::canary`]), when the plugin's DAG is installed, adds its
+//! findings (`canary on queue default failed`) to these, and a canary that
+//! cannot run (paused, gone, not scheduled) makes an executor that would read
+//! healthy `unknown`.
+//!
 //! A reason holds still while its fault continues: it names the queue and the
 //! limit, never a count or an age that ticks from poll to poll (how many wait,
 //! the oldest's age, the consumers), which are in the detail (`queues`,
@@ -43,6 +48,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::canary::CanaryJudged;
 use crate::detail::{Observation, QueueDetail, QueuedTasks};
 use crate::duration;
 use crate::job::ExecutorHealth;
@@ -81,6 +87,21 @@ impl FlowWatch {
         max_age: Duration,
         now: Instant,
     ) -> Observation {
+        self.judge_with_canary(observation, queued, None, max_age, now)
+    }
+
+    /// [`Self::judge`], with what the canary says of this executor
+    /// ([`crate::canary`]; `None`: not installed, or not known): its findings
+    /// make the executor unhealthy as the other rules' do, and a canary that
+    /// cannot run makes an executor that would read healthy `unknown`.
+    pub fn judge_with_canary(
+        &mut self,
+        observation: Observation,
+        queued: Option<QueuedTasks>,
+        canary: Option<CanaryJudged>,
+        max_age: Duration,
+        now: Instant,
+    ) -> Observation {
         let Observation {
             health,
             detail,
@@ -91,6 +112,12 @@ impl FlowWatch {
         let mut findings = self.queue_findings(&detail.queues, max_age, now);
         if let Some(queued) = &queued {
             findings.splice(0..0, queued_findings(queued, max_age));
+        }
+        let mut blind = None;
+        if let Some(canary) = canary {
+            findings.extend(canary.findings);
+            blind = canary.blind;
+            detail.canary = Some(canary.detail);
         }
         let rules_on = !max_age.is_zero();
         let health = match health {
@@ -103,6 +130,10 @@ impl FlowWatch {
                 ExecutorHealth::Healthy
             }
             other => other,
+        };
+        let health = match (health, blind) {
+            (ExecutorHealth::Healthy, Some(why)) => ExecutorHealth::unknown(why),
+            (health, _) => health,
         };
         detail.queued_tasks = queued;
         let note = note.filter(|_| health == ExecutorHealth::Healthy);

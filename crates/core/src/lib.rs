@@ -33,6 +33,7 @@
 
 pub mod actors;
 pub mod backoff;
+pub mod canary;
 pub mod check;
 pub mod connect;
 pub mod detail;

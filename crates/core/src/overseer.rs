@@ -390,6 +390,7 @@ async fn start_actors(
     let routes = Arc::new(Routes::new(
         executors.iter().map(|e| e.executor_class.as_str()),
     ));
+    let default_executor = routes.route(None, None);
     let queued_reader = actix_rt::spawn(queued::watch(
         reader_db,
         board.clone(),
@@ -421,6 +422,7 @@ async fn start_actors(
             .with_queued(QueuedSource {
                 board: board.clone(),
                 index,
+                default: default_executor == Some(index),
             });
             (actor.start_supervised(), stats, label)
         })

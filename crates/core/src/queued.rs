@@ -28,6 +28,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
+use crate::canary::{self, CanaryRead};
 use crate::detail::{QueuedOnQueue, QueuedTasks};
 use crate::error::Result;
 use crate::storage;
@@ -65,6 +66,9 @@ pub struct Snapshot {
     pub limits: Vec<Duration>,
     /// One row per `(executor, queue)` with queued task instances.
     pub rows: Vec<QueuedRow>,
+    /// The canary's latest runs ([`crate::canary`]); `None` when they could
+    /// not be read.
+    pub canary: Option<CanaryRead>,
 }
 
 /// Queued task instances of one `(executor, queue)` (and team).
@@ -238,6 +242,7 @@ pub async fn watch(
     let mut present = false;
     let mut probed: Option<tokio::time::Instant> = None;
     let mut failing = false;
+    let mut canary_failing = false;
     loop {
         ticks.tick().await;
         if !present {
@@ -257,15 +262,36 @@ pub async fn watch(
         }
         let (db, limits, routes) = (db.clone(), limits.clone(), routes.clone());
         let read = actix_rt::spawn(async move {
-            tokio::time::timeout(timeout, read(&db, &limits, &routes, Utc::now())).await
+            tokio::time::timeout(timeout, async {
+                let now = Utc::now();
+                let snapshot = read(&db, &limits, &routes, now).await?;
+                Ok::<_, crate::error::Error>((snapshot, canary::read(&db, &routes, now).await))
+            })
+            .await
         })
         .await;
         match read {
-            Ok(Ok(Ok(snapshot))) => {
+            Ok(Ok(Ok((mut snapshot, canary)))) => {
                 if failing {
                     tracing::info!("queued task instances can be read again");
                     failing = false;
                 }
+                snapshot.canary = match canary {
+                    Ok(canary) => {
+                        if canary_failing {
+                            tracing::info!("the canary's task instances can be read again");
+                            canary_failing = false;
+                        }
+                        Some(canary)
+                    }
+                    Err(e) => {
+                        if !canary_failing {
+                            tracing::warn!(error = %crate::secret::scrub(&e.to_string()), "cannot read the canary's task instances; its rule waits");
+                            canary_failing = true;
+                        }
+                        None
+                    }
+                };
                 board.set(Some(snapshot));
             }
             outcome => {
@@ -349,6 +375,7 @@ pub async fn read(
         read_at: now,
         limits: limits.to_vec(),
         rows: read,
+        canary: None,
     })
 }
 
@@ -483,6 +510,7 @@ mod tests {
         let snapshot = Snapshot {
             read_at,
             limits: vec![Duration::from_secs(60), Duration::from_secs(300)],
+            canary: None,
             rows: vec![
                 row(None, "default", 2, ago(840), [2, 1]),
                 row(Some("CeleryExecutor"), "default", 1, ago(90), [1, 0]),

@@ -2,6 +2,8 @@
 //! of the two core actors, read without asking the actors (they feed
 //! `/metrics` and the tests).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happened to one executor's polls. Every field only grows, except
@@ -36,6 +38,37 @@ pub struct ExecutorStats {
     pub poll_count: AtomicU64,
     /// Their total duration in microseconds: the histogram's sum.
     pub poll_sum_micros: AtomicU64,
+    /// The canary's pickup latencies (queued to started), per queue: each
+    /// canary counted once, when a read first sees it started.
+    pub canary_pickups: Mutex<BTreeMap<String, Pickups>>,
+}
+
+/// Upper bounds of the canary pickup histogram, in seconds: from a warm
+/// worker's instant pickup to the default `canary_max_pickup` and beyond.
+pub const PICKUP_BUCKETS_SECONDS: [f64; 10] =
+    [0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0];
+
+/// One queue's canary pickup latencies, as a Prometheus histogram counts them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pickups {
+    /// How many took at most each of [`PICKUP_BUCKETS_SECONDS`] (cumulative).
+    pub buckets: [u64; PICKUP_BUCKETS_SECONDS.len()],
+    /// How many.
+    pub count: u64,
+    /// Their total, in seconds.
+    pub sum: f64,
+}
+
+impl Pickups {
+    fn observe(&mut self, seconds: f64) {
+        self.count += 1;
+        self.sum += seconds;
+        for (bucket, bound) in self.buckets.iter_mut().zip(PICKUP_BUCKETS_SECONDS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+    }
 }
 
 /// Upper bounds of the poll-duration histogram, in seconds: from a loopback
@@ -95,6 +128,28 @@ impl ExecutorStats {
                 bucket.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Records canary pickups, `(queue, seconds)`.
+    pub(crate) fn observe_pickups(&self, pickups: Vec<(String, f64)>) {
+        if pickups.is_empty() {
+            return;
+        }
+        let mut by_queue = self
+            .canary_pickups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (queue, seconds) in pickups {
+            by_queue.entry(queue).or_default().observe(seconds);
+        }
+    }
+
+    /// The canary's pickup histograms, per queue.
+    pub fn pickups(&self) -> BTreeMap<String, Pickups> {
+        self.canary_pickups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     pub(crate) fn bump(counter: &AtomicU64) {

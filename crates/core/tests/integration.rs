@@ -5,6 +5,7 @@
 mod support;
 
 mod alarm;
+mod canary;
 mod entry_cases;
 mod evidence;
 mod flush_statements;

@@ -34,6 +34,7 @@
 //! | `overseer_worker_events_subscriptions_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
 //! | `overseer_worker_events_overflows_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
 //! | `overseer_worker_events_backlog` | `executor`, `executor_instance`, `broker` | the same | the broker keeps no queue for the subscription (Redis) |
+//! | `overseer_canary_*` ([`canary`]) | `executor`, `executor_instance`, `queue` | queue the canary runs on | the canary DAG is not installed |
 //!
 //! A queue is labelled by its `broker` as well as its `executor_instance`: a
 //! failover list is one instance (`redis://a:6379/0;redis://b:6379/0`) whose
@@ -50,9 +51,11 @@
 //! at each scrape like the actors' counters: this crate knows no alert.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+mod canary;
 mod evidence;
+mod polls;
 
 use actix_web::HttpResponse;
 use actix_web::web::Data;
@@ -62,16 +65,13 @@ use overseer_core::overseer::ExecutorIdentity;
 use overseer_core::report::{ExecutorInstance, Status};
 use overseer_core::secret::scrub;
 use overseer_core::stats::AggregatorStats;
-use overseer_core::stats::{ExecutorStats, POLL_BUCKETS_SECONDS};
+use overseer_core::stats::ExecutorStats;
 use overseer_core::{ExecutorHealth, HealthReport};
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
 use tokio::sync::watch;
 
 use crate::ApiState;
-
-/// Picks one counter out of an executor's stats.
-type CounterField = fn(&ExecutorStats) -> &AtomicU64;
 
 /// One counter family kept outside the actors, as an [`ExtraMetrics`] gives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,8 +150,9 @@ impl Metrics {
             evidence::worker_events(&detailed),
             evidence::queues(&detailed),
             evidence::queued_tasks(&detailed),
+            canary::canary(&self.executors, &detailed),
             components(&report, now),
-            executors(&self.executors),
+            polls::executors(&self.executors),
             aggregator(&self.aggregator),
             extra(&self.extra),
         ]
@@ -239,96 +240,6 @@ fn components(report: &HealthReport, now: DateTime<Utc>) -> Vec<MetricFamily> {
             )],
         ),
     ]
-}
-
-/// The counters of this process's executor actors, their checks running and
-/// how long their polls took.
-fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) -> Vec<MetricFamily> {
-    let local = |identity: &ExecutorIdentity| {
-        vec![
-            ("executor", identity.executor_class.clone()),
-            (
-                "executor_instance",
-                identity.instance.clone().unwrap_or_default(),
-            ),
-        ]
-    };
-    let counters: [(&str, &str, CounterField); 7] = [
-        ("overseer_polls_total", "Health checks asked for.", |s| {
-            &s.polls
-        }),
-        (
-            "overseer_polls_skipped_total",
-            "Ticks that asked nothing because the last poll was unanswered.",
-            |s| &s.skipped,
-        ),
-        (
-            "overseer_poll_timeouts_total",
-            "Polls not answered within poll_timeout.",
-            |s| &s.timeouts,
-        ),
-        (
-            "overseer_late_replies_total",
-            "Answers that came after their poll timed out.",
-            |s| &s.late_replies,
-        ),
-        (
-            "overseer_check_panics_total",
-            "Health checks that panicked.",
-            |s| &s.panics,
-        ),
-        (
-            "overseer_executor_restarts_total",
-            "Executor actors restarted.",
-            |s| &s.restarts,
-        ),
-        (
-            "overseer_check_stalls_total",
-            "Polls of async health checks that held their thread over the limit (the check blocked it, \
-             or the machine was short of CPU); the executor's checks run on threads of their own from then on.",
-            |s| &s.stalls,
-        ),
-    ];
-    let mut families: Vec<MetricFamily> = counters
-        .into_iter()
-        .map(|(name, help, field)| {
-            family(
-                name,
-                help,
-                MetricType::COUNTER,
-                executors
-                    .iter()
-                    .map(|(identity, stats)| {
-                        counter(local(identity), field(stats).load(Ordering::Relaxed))
-                    })
-                    .collect(),
-            )
-        })
-        .collect();
-    families.push(family(
-        "overseer_checks_running",
-        "Health checks running now (at most one per executor).",
-        MetricType::GAUGE,
-        executors
-            .iter()
-            .map(|(identity, stats)| {
-                gauge(
-                    local(identity),
-                    stats.checks_running.load(Ordering::Relaxed) as f64,
-                )
-            })
-            .collect(),
-    ));
-    families.push(family(
-        "overseer_poll_duration_seconds",
-        "How long answered polls took.",
-        MetricType::HISTOGRAM,
-        executors
-            .iter()
-            .map(|(identity, stats)| histogram(local(identity), stats))
-            .collect(),
-    ));
-    families
 }
 
 /// The aggregator's counters: writes, reads, the history's queue, and the
@@ -437,29 +348,6 @@ fn counter(pairs: Vec<(&str, String)>, value: u64) -> proto::Metric {
     let mut metric = proto::Metric::default();
     metric.set_label(labels(pairs));
     metric.set_counter(counter);
-    metric
-}
-
-fn histogram(pairs: Vec<(&str, String)>, stats: &ExecutorStats) -> proto::Metric {
-    let mut histogram = proto::Histogram::default();
-    histogram.set_sample_count(stats.poll_count.load(Ordering::Relaxed));
-    histogram.set_sample_sum(stats.poll_sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
-    histogram.set_bucket(
-        stats
-            .poll_buckets
-            .iter()
-            .zip(POLL_BUCKETS_SECONDS)
-            .map(|(count, bound)| {
-                let mut bucket = proto::Bucket::default();
-                bucket.set_upper_bound(bound);
-                bucket.set_cumulative_count(count.load(Ordering::Relaxed));
-                bucket
-            })
-            .collect(),
-    );
-    let mut metric = proto::Metric::default();
-    metric.set_label(labels(pairs));
-    metric.set_histogram(histogram);
     metric
 }
 

@@ -197,6 +197,7 @@ pub fn full_detail() -> Detail {
             overflows: 1,
             backlog: Some(0),
         }],
+        canary: None,
     }
 }
 
@@ -209,6 +210,7 @@ pub fn sparse_detail() -> Detail {
         workers: None,
         queued_tasks: None,
         worker_events: Vec::new(),
+        canary: None,
     }
 }
 

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::canary::PickupsSeen;
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
@@ -132,6 +133,9 @@ pub struct QueuedSource {
     pub board: Arc<QueuedBoard>,
     /// This executor's index in the [`crate::queued::Routes`] the reads are routed by.
     pub index: usize,
+    /// Whether it runs the task instances that name no executor (the
+    /// canary's, unless told otherwise).
+    pub default: bool,
 }
 
 /// How often a panicking check may restart its actor before it backs off.
@@ -183,6 +187,8 @@ pub struct ExecutorActor {
     flow: FlowWatch,
     /// Airflow's queued task instances, when the database has them.
     queued: Option<QueuedSource>,
+    /// The canaries whose pickup was counted.
+    pickups: PickupsSeen,
     /// A check of this incarnation is running.
     running: bool,
     /// Polls that came while a check ran: answered with its verdict when it
@@ -213,6 +219,7 @@ impl ExecutorActor {
             standing: Standing::Within,
             backoff: Backoff::new(policy.backoff, policy.max_backoff),
             flow: FlowWatch::default(),
+            pickups: PickupsSeen::default(),
             queued: None,
             running: false,
             waiting: Vec::new(),
@@ -228,13 +235,27 @@ impl ExecutorActor {
 
     /// The check's observation, judged with the evidence of work flowing.
     fn judge(&mut self, observation: Observation) -> Observation {
-        let queued = self.queued.as_ref().and_then(|source| {
-            let snapshot = source.board.latest()?;
-            Some(snapshot.for_executor(source.index, self.executor.max_queued_age))
+        let snapshot = self
+            .queued
+            .as_ref()
+            .and_then(|source| Some((source, source.board.latest()?)));
+        let queued = snapshot
+            .as_ref()
+            .map(|(source, s)| s.for_executor(source.index, self.executor.max_queued_age));
+        let canary = snapshot.as_ref().and_then(|(source, s)| {
+            let read = s.canary.as_ref()?;
+            self.stats
+                .observe_pickups(self.pickups.new_pickups(read, source.index));
+            read.for_executor(
+                source.index,
+                source.default,
+                self.executor.canary_max_pickup,
+            )
         });
-        self.flow.judge(
+        self.flow.judge_with_canary(
             observation,
             queued,
+            canary,
             self.executor.max_queued_age,
             Instant::now(),
         )

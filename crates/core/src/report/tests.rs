@@ -527,6 +527,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
             }],
         }),
         worker_events: Vec::new(),
+        canary: None,
     });
     let live: Vec<&job::Model> = rows.iter().collect();
     let mut most_recent: [Option<&job::Model>; 4] = Default::default();

@@ -1,0 +1,286 @@
+//! The canary (issue 36, item 1) beside a real Airflow 3.3.2: its scheduler,
+//! DAG processor and api-server, a Redis broker of the test's own, and real
+//! `airflow celery worker`s. The DAG folder holds the one line the plugin's
+//! README gives (`from overseer_airflow.canary import dag`, the module on the
+//! `PYTHONPATH` as an installed plugin puts it), the canary runs every 20 s
+//! (`AIRFLOW__OVERSEER__CANARY_EVERY`), and `overseer serve` reads Airflow's
+//! own environment, with a 2 s poll and `canary_max_pickup = "30s"`. In order:
+//!
+//! 1. **work flows**: a worker on `default` runs the canary; the executor is
+//!    `healthy`, `detail.canary` shows the DAG `scheduled` and the queue's
+//!    pickup latency, and `/metrics` has `overseer_canary_pickup_seconds`.
+//! 2. **nobody takes the queue**: that worker stopped, one consuming only
+//!    queue `other` (heartbeating, consuming, answering): the executor turns
+//!    `unhealthy`, `canary on queue default: no worker started it within 30s`,
+//!    with no other task waiting.
+//! 3. **a worker that cannot run tasks**: the stuck canary taken by a worker
+//!    on `default` whose `execution_api_server_url` points at a closed port
+//!    (Airflow 3's workers report through the api-server's execution API): the
+//!    canary fails, the reason says so. From phase 2's verdict to the end of
+//!    this one, sampled every 500 ms, the executor never reads healthy.
+//! 4. **recovered**: a good worker again; `healthy` once a canary succeeds.
+//! 5. **paused**: `airflow dags pause overseer_canary`: `unknown`, saying so.
+//!
+//! Phases 2 and 3 run with every core saturated by busy processes of the
+//! test's own. Each phase's time is printed (the deadlines are only how long
+//! to wait on a loaded 2-core machine). Needs the Airflow venv (PyPI the first
+//! time), Postgres on loopback and `redis-server`; without them it says
+//! SKIPPED, and fails under `CI`.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::airflow::CLI_DEADLINE;
+use support::airflow_run::{Run, Setup, get, try_get_json};
+use support::procs::{Timings, group_gone_within, read, signal_group, wait_deadline};
+
+/// The DAG folder's one file: the plugin's canary, as its README says to add it.
+const CANARY_FILE: &str = "from overseer_airflow.canary import dag  # noqa: F401  (Airflow DAG)\n";
+/// How often the canary runs here (Airflow's `[overseer] canary_every`).
+const CANARY_EVERY: &str = "20s";
+/// Overseer's `canary_max_pickup` here.
+const MAX_PICKUP: &str = "30s";
+/// How long a phase may take on 2 busy cores: a cold worker, a canary period,
+/// the scheduler's loop. A deadline, not a measurement.
+const PHASE: Duration = Duration::from_secs(300);
+const SAMPLE: Duration = Duration::from_millis(500);
+const MARKER_VAR: &str = "CANARY_AIRFLOW_RUN";
+/// The bound on the load generator's processes, should the test die first.
+const LOADED_FOR: Duration = Duration::from_secs(900);
+
+#[tokio::test]
+async fn the_canary_proves_work_flows_through_each_queue() {
+    let mut timings = Timings::new("canary");
+    let Some(venv) = support::airflow::venv() else {
+        return;
+    };
+    if let Err(e) = Command::new("redis-server").arg("--version").output() {
+        overseer_testkit::unavailable::<()>("redis-server", e);
+        return;
+    }
+    let Some(db) = support::airflow::migrated_db(&venv).await else {
+        return;
+    };
+    let mut run = Run::new(
+        Setup {
+            name: "canary",
+            marker_var: MARKER_VAR,
+            executor: "CeleryExecutor",
+            dags: &[("overseer_canary.py", CANARY_FILE)],
+        },
+        venv,
+        &db.url,
+    );
+    let plugin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src");
+    run.env("PYTHONPATH", plugin);
+    run.env("AIRFLOW__OVERSEER__CANARY_EVERY", CANARY_EVERY);
+    let broker_port = overseer_testkit::throwaway::free_port();
+    run.env(
+        "AIRFLOW__CELERY__BROKER_URL",
+        format!("redis://127.0.0.1:{broker_port}/0"),
+    );
+    run.overseer_env("OVERSEER_SUPERVISOR__POLL_INTERVAL", "2s");
+    run.overseer_env(
+        "OVERSEER_EXECUTORS",
+        format!("[{{name = \"CeleryExecutor\", canary_max_pickup = \"{MAX_PICKUP}\"}}]"),
+    );
+    eprintln!("canary: run folder {}", run.dir().display());
+    let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
+    assert!(
+        migrate.status.success(),
+        "overseer migrate:\n{}",
+        migrate.log
+    );
+
+    let mut command = run.command("redis-server");
+    command
+        .args(["--port", &broker_port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(run.dir());
+    run.start("redis", command);
+    run.start("scheduler", run.airflow(&["scheduler"]));
+    run.start("dag-processor", run.airflow(&["dag-processor"]));
+    run.start_api_server();
+    let address = run.start_overseer();
+    let health = format!("http://{address}/api/v2/monitor/health");
+    let metrics = format!("http://{address}/metrics");
+
+    // 1. work flows
+    let started = Instant::now();
+    start_worker(&mut run, "good", "default", None);
+    let flowing = run.wait_until(
+        "a canary on queue default succeeded and Overseer shows its pickup",
+        PHASE,
+        || {
+            let instance = executor(&health)?;
+            let queue = canary_queue(&instance, "default")?;
+            (instance["health"] == "healthy"
+                && queue["state"] == "success"
+                && queue["pickup_seconds"].is_number())
+            .then_some(instance)
+        },
+    );
+    let canary = &flowing["detail"]["canary"];
+    assert_eq!(canary["dag_id"], "overseer_canary", "{canary}");
+    assert_eq!(canary["dag"], "scheduled", "{canary}");
+    eprintln!("canary: flowing: {canary}");
+    let (status, text) = get(&metrics);
+    assert_eq!(status, 200);
+    let count = text
+        .lines()
+        .find(|l| {
+            l.starts_with("overseer_canary_pickup_seconds_count{")
+                && l.contains("queue=\"default\"")
+                && l.contains("executor=\"CeleryExecutor\"")
+        })
+        .unwrap_or_else(|| panic!("no pickup histogram on /metrics:\n{text}"));
+    let counted: f64 = count.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(counted >= 1.0, "{count}");
+    timings.add("work flows (until a canary succeeded)", started.elapsed());
+
+    // 2. nobody takes the queue
+    let load = overseer_testkit::load::Saturation::start(LOADED_FOR);
+    let started = Instant::now();
+    stop_worker(&mut run, "good");
+    start_worker(&mut run, "other", "other", None);
+    let pickup = format!("canary on queue default: no worker started it within {MAX_PICKUP}");
+    let stuck = run.wait_until("unhealthy, no worker took the canary", PHASE, || {
+        executor(&health).filter(|i| reason(i).contains(&pickup))
+    });
+    assert_eq!(stuck["health"], "unhealthy", "{stuck}");
+    eprintln!("canary: stuck: {}", reason(&stuck));
+    timings.add(
+        "nobody takes the queue (until unhealthy)",
+        started.elapsed(),
+    );
+
+    // 3. a worker that cannot run tasks; sampled from here on.
+    let started = Instant::now();
+    stop_worker(&mut run, "other");
+    let closed = overseer_testkit::throwaway::free_port();
+    let unreachable = format!("http://127.0.0.1:{closed}/execution/");
+    start_worker(&mut run, "broken", "default", Some(&unreachable));
+    let mut seen = Vec::new();
+    let until = Instant::now() + PHASE;
+    let failed = loop {
+        let instance = executor(&health);
+        if let Some(instance) = &instance {
+            assert_ne!(
+                instance["health"], "healthy",
+                "read healthy while no worker could run the canary: {instance}"
+            );
+            let reason = reason(instance);
+            if seen.last() != Some(&reason) {
+                seen.push(reason.clone());
+            }
+            if reason.contains("canary on queue default failed") {
+                break instance.clone();
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "the canary's failure was never told; reasons: {seen:#?}\n{}",
+            run.procs.tails()
+        );
+        run.procs.check_ours("a broken worker fails the canary");
+        std::thread::sleep(SAMPLE);
+    };
+    eprintln!("canary: reasons while broken, in order: {seen:#?}");
+    assert_eq!(failed["health"], "unhealthy", "{failed}");
+    timings.add(
+        "a worker that cannot run tasks (until told)",
+        started.elapsed(),
+    );
+    drop(load);
+
+    // 4. recovered
+    let started = Instant::now();
+    stop_worker(&mut run, "broken");
+    start_worker(&mut run, "good-again", "default", None);
+    run.wait_until("healthy once a canary succeeds again", PHASE, || {
+        executor(&health).filter(|i| i["health"] == "healthy")
+    });
+    timings.add("recovered (until healthy)", started.elapsed());
+
+    // 5. paused
+    let started = Instant::now();
+    let pause = run.finish(
+        run.airflow(&["dags", "pause", "overseer_canary"]),
+        "airflow-dags-pause",
+        CLI_DEADLINE,
+    );
+    assert!(pause.status.success(), "airflow dags pause:\n{}", pause.log);
+    let paused = run.wait_until("unknown, the canary paused", PHASE, || {
+        executor(&health).filter(|i| i["health"] == "unknown")
+    });
+    assert_eq!(
+        reason(&paused),
+        "canary DAG overseer_canary is paused",
+        "{paused}"
+    );
+    assert_eq!(paused["detail"]["canary"]["dag"], "paused");
+    timings.add("paused (until unknown)", started.elapsed());
+
+    stop_worker(&mut run, "good-again");
+    let strays = run.procs.stop_all(support::airflow::STOP_GRACE);
+    assert!(strays.is_empty(), "processes left behind: {strays:?}");
+    drop(run);
+    drop(db);
+    eprintln!("canary: phase timings\n{}", timings.render());
+}
+
+/// Overseer's one Celery executor instance, once it has one.
+fn executor(health: &str) -> Option<Value> {
+    let report = try_get_json(health)?;
+    report["executor"]["instances"].as_array()?.first().cloned()
+}
+
+/// The canary on `queue` in an instance's detail.
+fn canary_queue<'a>(instance: &'a Value, queue: &str) -> Option<&'a Value> {
+    instance["detail"]["canary"]["queues"]
+        .as_array()?
+        .iter()
+        .find(|q| q["queue"] == queue)
+}
+
+fn reason(instance: &Value) -> String {
+    instance["reason"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `airflow celery worker` consuming `queue`, as `name` (its process group
+/// and log), with `execution_api` instead of the run's when given; until ready.
+fn start_worker(run: &mut Run, name: &str, queue: &str, execution_api: Option<&str>) {
+    let node = format!("canary-{name}@%h");
+    let mut args = support::airflow::celery_worker_args(&node);
+    args[5] = queue;
+    let mut command = run.airflow(&args);
+    if let Some(url) = execution_api {
+        command.env("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", url);
+    }
+    let name = format!("worker-{name}");
+    run.start_group(&name, command);
+    let log = run.log_path(&name);
+    run.wait_until(&format!("{name} is ready"), PHASE, || {
+        read(&log).contains(" ready.").then_some(())
+    });
+}
+
+/// SIGTERM to a worker's process group (SIGKILL after the grace period).
+fn stop_worker(run: &mut Run, name: &str) {
+    run.procs.note_ours();
+    let name = format!("worker-{name}");
+    let process = run.running(|n| n == name).expect("the worker runs");
+    let pgid = process.child.id();
+    let grace = support::airflow::STOP_GRACE;
+    signal_group(pgid, "TERM");
+    let status = wait_deadline(&mut process.child, grace);
+    process.reaped = true;
+    if status.is_none() || !group_gone_within(pgid, grace) {
+        signal_group(pgid, "KILL");
+        assert!(group_gone_within(pgid, Duration::from_secs(5)));
+    }
+}
