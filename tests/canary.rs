@@ -1,8 +1,8 @@
 //! The canary (issue 36, item 1) beside a real Airflow 3.3.2: its scheduler,
 //! DAG processor and api-server, a Redis broker of the test's own, and real
 //! `airflow celery worker`s. The DAG folder holds the one line the plugin's
-//! README gives (`from overseer_airflow.canary import dag`, the module on the
-//! `PYTHONPATH` as an installed plugin puts it), the canary runs every 20 s
+//! README gives (`from overseer_airflow.canary import dag`, a copy of the
+//! plugin's package on the `PYTHONPATH`, where an installed plugin puts it), the canary runs every 20 s
 //! (`AIRFLOW__OVERSEER__CANARY_EVERY`), and `overseer serve` reads Airflow's
 //! own environment, with a 2 s poll and `canary_max_pickup = "30s"`. In order:
 //!
@@ -75,8 +75,14 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         venv,
         &db.url,
     );
-    let plugin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src");
-    run.env("PYTHONPATH", plugin);
+    // The plugin's package on the path, copied (Python writes its bytecode
+    // beside the sources: the clone is left as it was).
+    let site = run.dir().join("plugin-src");
+    support::airflow::copy_tree(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src"),
+        &site,
+    );
+    run.env("PYTHONPATH", site);
     run.env("AIRFLOW__OVERSEER__CANARY_EVERY", CANARY_EVERY);
     let broker_port = overseer_testkit::throwaway::free_port();
     run.env(
