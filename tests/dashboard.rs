@@ -256,6 +256,7 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
     // service's, with the stream closed so that no report of the service's
     // replaces it, and is read in the same script.
     let at = report_time(Utc::now());
+    let success_at = report_time(Utc::now() - chrono::Duration::minutes(3));
     let instance = |executor: &str, broker: &str, detail: Value| {
         json!({
             "executor": executor, "instance": broker, "hostname": "sched-1",
@@ -287,6 +288,12 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
                     {"queue": "adhoc", "count": 1, "oldest_seconds": 75, "overdue": 0},
                     {"queue": "default", "count": 4, "oldest_seconds": 840, "overdue": 1},
                 ]},
+                "canary": {"dag_id": "overseer_canary", "dag": "scheduled", "queues": [
+                    {"queue": "default", "run_id": "r2", "state": "queued", "waiting_seconds": 95,
+                     "pickup_seconds": 0.93, "run_seconds": 10.4, "last_success": success_at},
+                    {"queue": "gpu", "run_id": "r2", "state": null, "waiting_seconds": null,
+                     "pickup_seconds": null, "run_seconds": null, "last_success": null},
+                ]},
             })),
             instance("alias:CeleryExecutor", "redis://c:6379/0", json!({
                 "queues": [{"name": "default", "broker": "redis://c:6379/0", "depth": null, "consumers": null}],
@@ -309,8 +316,11 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
             queued: items.map((i) => [...i.querySelectorAll('div.queued')].map((q) => q.innerText)),
             queued_queues: items.map((i) => cells(i, 'table.queued-queues tbody tr')),
             evidence: items.map((i) => i.querySelectorAll('.evidence').length),
+            canary: items.map((i) => [...i.querySelectorAll('div.canary-dag')].map((d) => d.innerText)),
+            canary_queues: items.map((i) => cells(i, 'table.canary-queues tbody tr')),
+            success_clock: clock(Date.parse(arguments[1])),
         };"#,
-        json!([report]),
+        json!([report, success_at]),
     );
     browser.screenshot("dashboard-evidence.png");
     let text = seen["text"].as_str().unwrap();
@@ -352,6 +362,29 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
             [["adhoc", "1", "1m", "0"], ["default", "4", "14m", "1"]],
             [],
             [],
+        ])
+    );
+    // The canary: its DAG, and per queue its state, how long one waits, the
+    // latest pickup (to a tenth under ten seconds) and success (the page's
+    // clock: the browser's time zone); a queue not run yet says so.
+    assert_eq!(
+        seen["canary"],
+        json!([["DAG overseer_canary: scheduled"], [], []])
+    );
+    let clock = seen["success_clock"].as_str().unwrap();
+    assert!(
+        clock.len() == 5 || clock.len() == 16,
+        "HH:MM, or with its date: {clock}"
+    );
+    assert_eq!(
+        seen["canary_queues"],
+        json!([
+            [
+                ["default", "queued", "1m", "0.9s", clock],
+                ["gpu", "not scheduled yet", "–", "–", "none read"]
+            ],
+            [],
+            []
         ])
     );
     // Another host's row, or a check that gives no evidence: nothing shown.
