@@ -120,6 +120,20 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
             [format!("{family}{{{sub}}} {value}")]
         );
     }
+    // The canary on each queue it runs on: how long one waits now, when the
+    // latest succeeded (a Unix time).
+    assert_eq!(
+        samples(&body, "overseer_canary_waiting_seconds"),
+        [format!(
+            r#"overseer_canary_waiting_seconds{{{on},queue="default"}} 12"#
+        )]
+    );
+    assert_eq!(
+        samples(&body, "overseer_canary_last_success_timestamp_seconds"),
+        [format!(
+            r#"overseer_canary_last_success_timestamp_seconds{{{on},queue="default"}} 1796118611"#
+        )]
+    );
     assert!(
         body.contains(
             "# HELP overseer_worker_processed_tasks_total Tasks the worker has run since it started, \

@@ -294,7 +294,7 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
 
     // Each part: (schema, its properties, each with the component it refers
     // to and whether it may be null).
-    let parts: [(&str, &[Property]); 7] = [
+    let parts: [(&str, &[Property]); 9] = [
         (
             "Detail",
             &[
@@ -302,6 +302,27 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
                 ("workers", Some("WorkerDetail"), true),
                 ("queued_tasks", Some("QueuedTasks"), true),
                 ("worker_events", Some("EventsDetail"), false),
+                ("canary", Some("CanaryDetail"), true),
+            ],
+        ),
+        (
+            "CanaryDetail",
+            &[
+                ("dag_id", None, false),
+                ("dag", None, false),
+                ("queues", Some("CanaryOnQueue"), false),
+            ],
+        ),
+        (
+            "CanaryOnQueue",
+            &[
+                ("queue", None, false),
+                ("run_id", None, false),
+                ("state", None, true),
+                ("waiting_seconds", None, true),
+                ("pickup_seconds", None, true),
+                ("run_seconds", None, true),
+                ("last_success", None, true),
             ],
         ),
         (

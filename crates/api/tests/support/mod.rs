@@ -11,8 +11,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::detail::{
-    Detail, EventsDetail, LoadAverage, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail,
-    WorkerHeartbeat,
+    CanaryDetail, CanaryOnQueue, Detail, EventsDetail, LoadAverage, QueueDetail, QueuedOnQueue,
+    QueuedTasks, Seconds, WorkerDetail, WorkerHeartbeat,
 };
 use overseer_core::entity::job;
 use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
@@ -197,7 +197,19 @@ pub fn full_detail() -> Detail {
             overflows: 1,
             backlog: Some(0),
         }],
-        canary: None,
+        canary: Some(CanaryDetail {
+            dag_id: "overseer_canary".into(),
+            dag: "scheduled".into(),
+            queues: vec![CanaryOnQueue {
+                queue: "default".into(),
+                run_id: "scheduled__2026-12-01T09:55:00+00:00".into(),
+                state: Some("queued".into()),
+                waiting_seconds: Some(12),
+                pickup_seconds: Some(Seconds(0.93)),
+                run_seconds: Some(Seconds(10.5)),
+                last_success: Some(Utc.with_ymd_and_hms(2026, 12, 1, 9, 50, 11).unwrap()),
+            }],
+        }),
     }
 }
 

@@ -554,6 +554,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
                 "queues": [{"queue": "default", "count": 2, "oldest_seconds": 42, "overdue": 0}],
             },
             "worker_events": [],
+            "canary": null,
         })
     );
     assert_eq!(instances[1]["hostname"], "sched-2");
