@@ -160,6 +160,39 @@ pub fn executor(
         .with_canary_max_pickup(config.canary_max_pickup))
 }
 
+/// What the Celery check asks of `[celery] result_backend`
+/// ([`overseer_celery::backend`]): `None` for none, for `rpc://` (the broker
+/// carries the replies, and is checked) and for a backend no check speaks
+/// (said once, at INFO).
+fn result_backend(config: &ExecutorConfig) -> Option<overseer_celery::ResultBackend> {
+    use overseer_celery::ResultBackend;
+    let url = config.result_backend.as_ref()?;
+    let raw = url.expose_secret().trim();
+    let scheme = raw
+        .split("://")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let unchecked = |why: &str| {
+        tracing::info!(executor = %config.name, backend = %url.redacted(), "the result backend is not checked: {why}");
+        None
+    };
+    match scheme.as_str() {
+        "redis" | "rediss" => Some(ResultBackend::Redis(url.clone())),
+        "rpc" => None,
+        db if db.starts_with("db+") => {
+            match crate::config::airflow::sqlalchemy_to_sea_orm(&raw["db+".len()..]) {
+                Ok(sea_orm) => Some(ResultBackend::Database {
+                    configured: url.clone(),
+                    url: SecretUrl::new(sea_orm),
+                }),
+                Err(problem) => unchecked(&url.scrub(&problem)),
+            }
+        }
+        _ => unchecked("only redis:// and db+ (postgresql, mysql, sqlite) backends are asked"),
+    }
+}
+
 /// The executor of [`executor`], with its check and nothing else.
 fn check(
     config: &ExecutorConfig,
@@ -185,6 +218,7 @@ fn check(
                 min_workers: config.min_workers,
                 poll_timeout,
                 broker_use_ssl: config.broker_use_ssl(),
+                result_backend: result_backend(config),
                 ..overseer_celery::CheckSettings::default()
             };
             overseer_celery::executor_with(&name, broker, settings)

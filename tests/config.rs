@@ -104,12 +104,30 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
             line: "error: invalid configuration: executors[0].broker_url (from overseer.toml): applies only to CeleryExecutor, not to LocalExecutor",
         },
         Case {
+            what: "result backend that is not a URL, password not shown",
+            toml: None,
+            env: &[
+                ("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor"),
+                ("AIRFLOW__CELERY__BROKER_URL", "redis://localhost:6379/0"),
+                ("AIRFLOW__CELERY__RESULT_BACKEND", "hunter2@db/results"),
+            ],
+            line: "error: invalid configuration: executors[0].result_backend (from environment variable AIRFLOW__CELERY__RESULT_BACKEND): is not a URL (expected scheme://..., as Celery's result_backend; the value is not shown: it may hold a password)",
+        },
+        Case {
+            what: "result backend on a non-Celery executor",
+            toml: Some(
+                "[[executors]]\nname = \"LocalExecutor\"\nresult_backend = \"redis://localhost:6379/1\"\n",
+            ),
+            env: &[],
+            line: "error: invalid configuration: executors[0].result_backend (from overseer.toml): applies only to CeleryExecutor, not to LocalExecutor",
+        },
+        Case {
             what: "unknown executor key",
             toml: Some(
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, result_backend, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
         },
         Case {
             what: "unsupported database, password not shown",

@@ -35,6 +35,7 @@ mod newcomer;
 mod package;
 mod probes;
 mod prometheus;
+mod result_backend;
 mod schemathesis;
 mod secrets;
 mod tls;

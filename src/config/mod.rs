@@ -91,7 +91,12 @@ impl Config {
         let urls = self
             .executors
             .iter()
-            .flat_map(|e| e.broker_url.iter().chain(&e.check_url))
+            .flat_map(|e| {
+                e.broker_url
+                    .iter()
+                    .chain(&e.check_url)
+                    .chain(&e.result_backend)
+            })
             .fold(
                 Scrubber::default().with_url(&self.database.url),
                 Scrubber::with_url,
@@ -237,6 +242,12 @@ pub struct ExecutorConfig {
     /// Celery only: the broker (Redis or RabbitMQ; `;` separates a failover list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_url: Option<SecretUrl>,
+    /// Celery only: the result backend (`[celery] result_backend`), asked at
+    /// each poll: `redis://` (PING), `db+...` (SELECT 1); `rpc://` needs
+    /// nothing more than the broker; other backends are not checked. Unset,
+    /// Airflow uses its own database, which Overseer reads itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_backend: Option<SecretUrl>,
     /// Celery only: the queues whose depth is reported.
     #[serde(default = "default_queues")]
     pub queues: Vec<String>,
@@ -394,6 +405,7 @@ impl ExecutorConfig {
         Self {
             name,
             broker_url: None,
+            result_backend: None,
             queues: default_queues(),
             worker_ping: false,
             worker_events: true,

@@ -243,6 +243,22 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
         }
         (ExecutorKind::Unchecked | ExecutorKind::Edge, None) => {}
     }
+    if let Some(backend) = &executor.result_backend {
+        if name.kind() != ExecutorKind::Celery {
+            return Err((
+                "result_backend",
+                format!("applies only to CeleryExecutor, not to {}", executor.name),
+            ));
+        }
+        if !backend.expose_secret().contains("://") {
+            return Err((
+                "result_backend",
+                "is not a URL (expected scheme://..., as Celery's result_backend; the value \
+                 is not shown: it may hold a password)"
+                    .to_owned(),
+            ));
+        }
+    }
     ssl(executor, name.kind())?;
     bounds::of("executors[].max_queued_age")
         .check(executor.max_queued_age)

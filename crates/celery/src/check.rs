@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::amqp::AmqpCheck;
+use crate::backend::{BackendProbe, ResultBackend};
 use crate::broker::{Answers, BrokerProbe, Reason};
 use crate::budget::Budgets;
 use crate::detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
@@ -68,6 +69,9 @@ pub struct CheckSettings {
     /// `ssl_cert` and `ssl_cacert` become): TLS for every Redis, sentinel and AMQP
     /// broker of the URL, these options over the URL's own `ssl_*` ones.
     pub broker_use_ssl: Option<TlsOptions>,
+    /// Airflow's `[celery] result_backend`, when it is set and can be asked
+    /// ([`crate::backend`]).
+    pub result_backend: Option<ResultBackend>,
 }
 
 impl Default for CheckSettings {
@@ -81,6 +85,7 @@ impl Default for CheckSettings {
             control_exchange: DEFAULT_CONTROL_EXCHANGE.to_owned(),
             sentinel_master_name: None,
             broker_use_ssl: None,
+            result_backend: None,
         }
     }
 }
@@ -166,6 +171,8 @@ struct Inner {
     events: Option<Arc<WorkerEvents>>,
     /// The event subscriptions, a task per broker, started at the first probe.
     subscriptions: OnceLock<Watchers>,
+    /// The result backend, asked at each poll beside the brokers.
+    backend: Option<BackendProbe>,
 }
 
 /// The tasks holding a connection to each of a check's brokers (watchers,
@@ -229,6 +236,7 @@ impl CeleryCheck {
         let settings_events = settings
             .worker_events
             .then(|| Arc::new(WorkerEvents::default()));
+        let backend = settings.result_backend.clone().map(BackendProbe::new);
         Ok(Self {
             inner: Arc::new(Inner {
                 targets,
@@ -242,6 +250,7 @@ impl CeleryCheck {
                 watchers: OnceLock::new(),
                 events: settings_events,
                 subscriptions: OnceLock::new(),
+                backend,
             }),
         })
     }
@@ -300,7 +309,13 @@ impl CeleryCheck {
             cleanup,
         } = Budgets::new(settings.poll_timeout, settings.worker_ping);
         let deadline = Instant::now() + budget;
-        let mut brokers = self.probe_brokers(deadline, budget).await;
+        let backend = async {
+            match &self.inner.backend {
+                Some(backend) => backend.finding(budget).await,
+                None => None,
+            }
+        };
+        let (mut brokers, backend) = tokio::join!(self.probe_brokers(deadline, budget), backend);
         let workers = if settings.worker_ping {
             Some(self.ping(&mut brokers, window, cleanup).await)
         } else {
@@ -336,6 +351,16 @@ impl CeleryCheck {
             window,
             settings.min_workers,
         );
+        // A result backend that does not answer is a fault of its own, whatever
+        // the brokers and workers say.
+        let (health, reason) = match (backend, health) {
+            (None, health) => (health, reason),
+            (Some(finding), ExecutorHealth::Unhealthy { reason }) => {
+                let both = format!("{reason}; {finding}");
+                (ExecutorHealth::unhealthy(both.clone()), Some(both))
+            }
+            (Some(finding), _) => (ExecutorHealth::unhealthy(finding.clone()), Some(finding)),
+        };
         // Until the heartbeats can say whether a worker is gone, a verdict that
         // a broker's answer would make healthy (or unknown for the workers'
         // count alone) waits (bounded: `SETTLE_WITHIN`). One no broker was

@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 mod amqp;
+pub mod backend;
 mod broker;
 mod budget;
 pub mod check;
@@ -57,6 +58,7 @@ mod tls;
 pub mod url;
 mod verdict;
 
+pub use backend::ResultBackend;
 pub use check::{AIRFLOW_DEFAULT_QUEUE, CeleryCheck, CheckSettings, executor, executor_with};
 pub use detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 pub use error::{BrokerUrlError, Position, Result};

@@ -32,6 +32,7 @@ fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
             control_exchange: control_exchange.to_owned(),
             sentinel_master_name: None,
             broker_use_ssl: None,
+            result_backend: None,
         },
     )
     .expect("valid settings")

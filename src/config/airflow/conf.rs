@@ -88,6 +88,10 @@ pub const MULTI_TEAM: AirflowOption = AirflowOption::new("core", "multi_team", "
 /// `[celery] broker_url` (the Celery provider's).
 pub const BROKER_URL: AirflowOption =
     AirflowOption::new("celery", "broker_url", "redis://redis:6379/0").sensitive();
+/// `[celery] result_backend`: where the Celery executor reads its tasks'
+/// states (unset: Airflow's own database, `db+` its `sql_alchemy_conn`).
+pub const RESULT_BACKEND: AirflowOption =
+    AirflowOption::new("celery", "result_backend", "").sensitive();
 /// `[celery] celery_config_options`: a Python dict Airflow imports and lays
 /// over the Celery app's settings (its broker among them). Overseer does not
 /// import Python: it says so when the option is set to another dict.

@@ -23,8 +23,8 @@ mod ini;
 pub use conf::{AirflowConf, AirflowOption, Resolved, Source};
 use conf::{
     BROKER_URL, CELERY_CONFIG_OPTIONS, DAG_PROCESSOR_THRESHOLD, DEFAULT_CELERY_CONFIG,
-    DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, SCHEDULER_THRESHOLD, SQL_ALCHEMY_CONN, SSL_ACTIVE,
-    SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
+    DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, RESULT_BACKEND, SCHEDULER_THRESHOLD, SQL_ALCHEMY_CONN,
+    SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
 };
 
 /// Each `[celery] ssl_*` option and the `[[executors]]` key it sets.
@@ -182,6 +182,7 @@ impl AirflowEnv {
             // No executor list from Airflow: its broker, queue and TLS settings still
             // apply to the Celery executors configured before.
             None if celery.broker.is_some()
+                || celery.result_backend.is_some()
                 || celery.default_queue.is_some()
                 || !celery.ssl.is_empty() =>
             {
@@ -231,6 +232,8 @@ impl AirflowEnv {
 struct CeleryEnv {
     /// `[celery] broker_url`.
     broker: Option<String>,
+    /// `[celery] result_backend`.
+    result_backend: Option<String>,
     /// `[operators] default_queue`.
     default_queue: Option<String>,
     /// `[celery] ssl_*`, as `[[executors]]` keys and values, and where each came from.
@@ -248,8 +251,12 @@ impl CeleryEnv {
     /// Celery executor reads them for that team.
     fn read(set: &TeamLookup<'_>, team: Option<&str>) -> Result<(Self, FieldOrigins), ConfigError> {
         let broker = set(&BROKER_URL, team)?;
+        let result_backend = set(&RESULT_BACKEND, team)?;
         let celery = Self {
             broker: broker.as_ref().map(|(url, _)| url.clone()),
+            result_backend: result_backend
+                .as_ref()
+                .map(|(url, _)| url.trim().to_owned()),
             default_queue: set(&DEFAULT_QUEUE, team)?.map(|(q, _)| q.trim().to_owned()),
             ssl: ssl_settings(&|option: &AirflowOption| set(option, team))?,
             config_options: set(&CELERY_CONFIG_OPTIONS, team)?
@@ -259,6 +266,9 @@ impl CeleryEnv {
         let mut origins = Vec::new();
         if let Some((_, origin)) = broker {
             origins.push(("broker_url", origin));
+        }
+        if let Some((_, origin)) = result_backend {
+            origins.push(("result_backend", origin));
         }
         origins.extend(
             celery
@@ -449,6 +459,9 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
             BROKER_URL.variable(parsed.team.as_deref())
         );
         executor.insert("broker_url".into(), Value::from(AIRFLOW_DEFAULT_BROKER));
+    }
+    if let Some(backend) = &celery.result_backend {
+        executor.insert("result_backend".into(), Value::from(backend.as_str()));
     }
     for (key, value, _) in &celery.ssl {
         executor.insert((*key).to_owned(), value.clone());
