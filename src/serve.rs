@@ -157,7 +157,8 @@ pub fn executor(
 ) -> anyhow::Result<Executor> {
     Ok(check(config, database, poll_timeout)?
         .with_max_queued_age(config.max_queued_age)
-        .with_canary_max_pickup(config.canary_max_pickup))
+        .with_canary_max_pickup(config.canary_max_pickup)
+        .with_capacity(config.parallelism, config.max_at_capacity))
 }
 
 /// What the Celery check asks of `[celery] result_backend`

@@ -20,6 +20,11 @@
 //!    this one, sampled every 500 ms, the executor never reads healthy.
 //! 4. **recovered**: a good worker again; `healthy` once a canary succeeds.
 //! 5. **paused**: `airflow dags pause overseer_canary`: `unknown`, saying so.
+//! 6. **at capacity** (issue 36, item 2): `[core] parallelism = 2`, four tasks
+//!    of two minutes triggered, a worker running one at a time: once both
+//!    slots have been taken for `max_at_capacity` (20 s) with tasks waiting in
+//!    `scheduled`, `unhealthy`, naming the slots; `detail.capacity` and
+//!    `/metrics` count them.
 //!
 //! Phases 2 and 3 run with every core saturated by busy processes of the
 //! test's own. Each phase's time is printed (the deadlines are only how long
@@ -40,6 +45,19 @@ use support::procs::{Timings, group_gone_within, read, signal_group, wait_deadli
 
 /// The DAG folder's one file: the plugin's canary, as its README says to add it.
 const CANARY_FILE: &str = "from overseer_airflow.canary import dag  # noqa: F401  (Airflow DAG)\n";
+/// The capacity phase's DAG: four tasks that sleep, triggered once.
+const CAPACITY_DAG: &str = "\
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+with DAG(dag_id=\"overseer_capacity\", schedule=None, catchup=False, is_paused_upon_creation=False):
+    for n in range(4):
+        BashOperator(task_id=f\"sleep_{n}\", bash_command=\"sleep 120\")
+";
+/// Airflow's `[core] parallelism` here: two slots for the one scheduler.
+const PARALLELISM: &str = "2";
+/// Overseer's `max_at_capacity` here.
+const MAX_AT_CAPACITY: &str = "20s";
 /// How often the canary runs here (Airflow's `[overseer] canary_every`).
 const CANARY_EVERY: &str = "20s";
 /// Overseer's `canary_max_pickup` here.
@@ -70,7 +88,10 @@ async fn the_canary_proves_work_flows_through_each_queue() {
             name: "canary",
             marker_var: MARKER_VAR,
             executor: "CeleryExecutor",
-            dags: &[("overseer_canary.py", CANARY_FILE)],
+            dags: &[
+                ("overseer_canary.py", CANARY_FILE),
+                ("overseer_capacity.py", CAPACITY_DAG),
+            ],
         },
         venv,
         &db.url,
@@ -84,6 +105,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     );
     run.env("PYTHONPATH", site);
     run.env("AIRFLOW__OVERSEER__CANARY_EVERY", CANARY_EVERY);
+    run.env("AIRFLOW__CORE__PARALLELISM", PARALLELISM);
     let broker_port = overseer_testkit::throwaway::free_port();
     run.env(
         "AIRFLOW__CELERY__BROKER_URL",
@@ -92,7 +114,10 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     run.overseer_env("OVERSEER_SUPERVISOR__POLL_INTERVAL", "2s");
     run.overseer_env(
         "OVERSEER_EXECUTORS",
-        format!("[{{name = \"CeleryExecutor\", canary_max_pickup = \"{MAX_PICKUP}\"}}]"),
+        format!(
+            "[{{name = \"CeleryExecutor\", canary_max_pickup = \"{MAX_PICKUP}\", \
+             max_at_capacity = \"{MAX_AT_CAPACITY}\"}}]"
+        ),
     );
     eprintln!("canary: run folder {}", run.dir().display());
     let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
@@ -230,6 +255,49 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     );
     assert_eq!(paused["detail"]["canary"]["dag"], "paused");
     timings.add("paused (until unknown)", started.elapsed());
+
+    // 6. at capacity: four tasks of two minutes, two slots, a worker that
+    // runs one at a time (the second waits queued in the broker).
+    let started = Instant::now();
+    let trigger = run.finish(
+        run.airflow(&["dags", "trigger", "overseer_capacity"]),
+        "airflow-dags-trigger",
+        CLI_DEADLINE,
+    );
+    assert!(
+        trigger.status.success(),
+        "airflow dags trigger:\n{}",
+        trigger.log
+    );
+    let full = run.wait_until("unhealthy at capacity", PHASE, || {
+        executor(&health).filter(|i| reason(i).contains("at capacity"))
+    });
+    assert_eq!(
+        reason(&full),
+        format!(
+            "at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for {MAX_AT_CAPACITY}, \
+             tasks waiting in scheduled"
+        ),
+        "{full}"
+    );
+    let capacity = &full["detail"]["capacity"];
+    assert_eq!(capacity["slots"], 2, "{capacity}");
+    assert_eq!(capacity["parallelism"], 2, "{capacity}");
+    assert_eq!(capacity["schedulers"], 1, "{capacity}");
+    assert_eq!(
+        capacity["running"].as_u64().unwrap() + capacity["queued"].as_u64().unwrap(),
+        2,
+        "{capacity}"
+    );
+    assert!(capacity["scheduled"].as_u64().unwrap() >= 1, "{capacity}");
+    let (_, text) = get(&metrics);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("overseer_executor_slots{") && l.ends_with(" 2")),
+        "{text}"
+    );
+    eprintln!("canary: at capacity: {capacity}");
+    timings.add("at capacity (trigger until unhealthy)", started.elapsed());
 
     stop_worker(&mut run, "good-again");
     let strays = run.procs.stop_all(support::airflow::STOP_GRACE);

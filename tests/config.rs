@@ -127,7 +127,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, result_backend, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, result_backend, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, parallelism, max_at_capacity, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -1212,9 +1212,10 @@ fn every_option_overseer_reads_resolves_as_airflow_resolves_it() {
         files: Vec<(&'static str, &'static str)>,
         team: Option<&'static str>,
     }
-    let full_cfg = "[core]\nexecutor = CeleryExecutor\nmulti_team = True\n\
+    let full_cfg = "[core]\nexecutor = CeleryExecutor\nmulti_team = True\nparallelism = 8\n\
         [database]\nsql_alchemy_conn = postgresql+psycopg2://airflow:pw@db:5432/airflow\n\
-        [celery]\nbroker_url = redis://:pw@broker:6379/0\nssl_active = true\nssl_key = /k.pem\n\
+        [celery]\nbroker_url = redis://:pw@broker:6379/0\nresult_backend = redis://:pw@results:6379/1\n\
+        ssl_active = true\nssl_key = /k.pem\n\
         ssl_cert = /c.pem\nssl_cacert = /ca.pem\n\
         [operators]\ndefault_queue = airflow\n\
         [scheduler]\nscheduler_health_check_threshold = 45\n\
@@ -1251,6 +1252,10 @@ fn every_option_overseer_reads_resolves_as_airflow_resolves_it() {
             vec![
                 ("AIRFLOW_HOME", "{dir}/home"),
                 ("AIRFLOW__CELERY__BROKER_URL_CMD", "cat {dir}/broker"),
+                (
+                    "AIRFLOW__CELERY__RESULT_BACKEND_CMD",
+                    "printf 'db+postgresql://r:s3cret@results/celery'",
+                ),
                 (
                     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD",
                     "printf 'postgresql://a:b@c/d'",
@@ -1392,10 +1397,11 @@ from airflow.configuration import conf
 options, team, team_options = json.loads(sys.argv[1]), sys.argv[2] or None, json.loads(sys.argv[3])
 values = {}
 for section, key in options:
-    values[f"{section}.{key}"] = conf.get(section, key)
+    # An option Airflow has no default for (result_backend) and nobody set: "".
+    values[f"{section}.{key}"] = conf.get(section, key, fallback="")
 for section, key in team_options:
     if team is not None:
-        values[f"{team}:{section}.{key}"] = conf.get(section, key, team_name=team)
+        values[f"{team}:{section}.{key}"] = conf.get(section, key, team_name=team, fallback="")
 print("VALUES " + json.dumps(values))
 "#;
     let key = |o: &AirflowOption| format!("{}.{}", o.section, o.key);

@@ -15,6 +15,7 @@
 //! | `history.retention` | 1h | 10years | keeps forever |
 //! | `executors[].max_queued_age` | 1s | 7days | turns the rules off |
 //! | `executors[].canary_max_pickup` | 1s | 7days | turns the rule off |
+//! | `executors[].max_at_capacity` | 1s | 7days | turns the rule off |
 //! | `alerts[].min_duration` | 0s | 7days | alerts at once |
 //! | `alerts[].retry_for` | 0s | 7days | tries once |
 //!
@@ -73,7 +74,7 @@ const ALERT: Bounds = Bounds {
 
 /// Every duration key, with its bounds; `executors[]` and `alerts[]` keys as
 /// written for any entry.
-pub const DURATIONS: [(&str, Bounds); 13] = [
+pub const DURATIONS: [(&str, Bounds); 14] = [
     ("supervisor.poll_interval", INTERVAL),
     (
         "supervisor.poll_timeout",
@@ -106,6 +107,13 @@ pub const DURATIONS: [(&str, Bounds); 13] = [
     ),
     (
         "executors[].canary_max_pickup",
+        Bounds {
+            zero: Some("turns the rule off"),
+            ..THRESHOLD
+        },
+    ),
+    (
+        "executors[].max_at_capacity",
         Bounds {
             zero: Some("turns the rule off"),
             ..THRESHOLD

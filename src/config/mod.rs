@@ -278,6 +278,16 @@ pub struct ExecutorConfig {
     /// unhealthy; `0s` turns that rule off (a failed canary still counts).
     #[serde(default = "default_canary_max_pickup", with = "duration")]
     pub canary_max_pickup: Duration,
+    /// Any executor: Airflow's `[core] parallelism`, the slots each live
+    /// scheduler's executor has (Airflow's default, 32).
+    #[serde(default = "default_parallelism")]
+    pub parallelism: u32,
+    /// Any executor: how long every slot may stay taken (task instances
+    /// running or queued: `parallelism` times the live schedulers) while
+    /// tasks wait in `scheduled`, before the executor is unhealthy; `0s` turns
+    /// this rule off.
+    #[serde(default = "default_max_at_capacity", with = "duration")]
+    pub max_at_capacity: Duration,
     /// Celery only: TLS to the broker whatever the URL's scheme, as Airflow's
     /// `[celery] ssl_active` turns on Celery's `broker_use_ssl` (the certificate is
     /// then always verified).
@@ -412,6 +422,8 @@ impl ExecutorConfig {
             min_workers: 0,
             max_queued_age: default_max_queued_age(),
             canary_max_pickup: default_canary_max_pickup(),
+            parallelism: default_parallelism(),
+            max_at_capacity: default_max_at_capacity(),
             ssl_active: false,
             ssl_key: None,
             ssl_cert: None,
@@ -453,6 +465,16 @@ pub fn default_max_queued_age() -> Duration {
 /// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).
 pub fn default_canary_max_pickup() -> Duration {
     overseer_core::canary::DEFAULT_MAX_PICKUP
+}
+
+/// `parallelism` by default: Airflow's 32.
+pub fn default_parallelism() -> u32 {
+    overseer_core::capacity::DEFAULT_PARALLELISM
+}
+
+/// `max_at_capacity` by default: 5 min ([`overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY`]).
+pub fn default_max_at_capacity() -> Duration {
+    overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY
 }
 
 /// Airflow's default queue (`[operators] default_queue`).

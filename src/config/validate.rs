@@ -61,14 +61,19 @@ pub(super) fn validate(config: &Config, figment: &Figment) -> Result<(), ConfigE
 /// figment's own lookup stops at the array, so every field would be said to
 /// come from whoever wrote the array last: Airflow's executor list, when it
 /// names the executor. The keys Airflow never writes (`check_command`,
-/// `check_url`, `check_cacert`, `max_queued_age`, `canary_max_pickup`) are carried from an earlier layer with their values' own tags,
+/// `check_url`, `check_cacert`, `max_queued_age`, `canary_max_pickup`, `max_at_capacity`) are carried from an earlier layer with their values' own tags,
 /// so for those the value itself says where it was written (`overseer.toml`,
 /// `OVERSEER_EXECUTORS`).
 fn executor_origin(figment: &Figment, index: usize, field: &str) -> String {
     let path = format!("executors.{index}.{field}");
     if !matches!(
         field,
-        "check_command" | "check_url" | "check_cacert" | "max_queued_age" | "canary_max_pickup"
+        "check_command"
+            | "check_url"
+            | "check_cacert"
+            | "max_queued_age"
+            | "canary_max_pickup"
+            | "max_at_capacity"
     ) {
         return origin_of(figment, &path);
     }
@@ -266,6 +271,15 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
     bounds::of("executors[].canary_max_pickup")
         .check(executor.canary_max_pickup)
         .map_err(|problem| ("canary_max_pickup", problem))?;
+    bounds::of("executors[].max_at_capacity")
+        .check(executor.max_at_capacity)
+        .map_err(|problem| ("max_at_capacity", problem))?;
+    if executor.parallelism == 0 {
+        return Err((
+            "parallelism",
+            "must be at least 1 (Airflow's [core] parallelism)".to_owned(),
+        ));
+    }
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
         return Err((
             "queues",

@@ -120,6 +120,17 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
             [format!("{family}{{{sub}}} {value}")]
         );
     }
+    // The executor's slots, those taken, and what waits for one.
+    for (family, value) in [
+        ("overseer_executor_slots", 64),
+        ("overseer_executor_slots_taken", 64),
+        ("overseer_scheduled_tasks", 17),
+    ] {
+        assert_eq!(
+            samples(&body, family),
+            [format!("{family}{{{on}}} {value}")]
+        );
+    }
     // The canary on each queue it runs on: how long one waits now, when the
     // latest succeeded (a Unix time).
     assert_eq!(

@@ -294,7 +294,7 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
 
     // Each part: (schema, its properties, each with the component it refers
     // to and whether it may be null).
-    let parts: [(&str, &[Property]); 9] = [
+    let parts: [(&str, &[Property]); 10] = [
         (
             "Detail",
             &[
@@ -303,6 +303,18 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
                 ("queued_tasks", Some("QueuedTasks"), true),
                 ("worker_events", Some("EventsDetail"), false),
                 ("canary", Some("CanaryDetail"), true),
+                ("capacity", Some("CapacityDetail"), true),
+            ],
+        ),
+        (
+            "CapacityDetail",
+            &[
+                ("slots", None, false),
+                ("parallelism", None, false),
+                ("schedulers", None, false),
+                ("running", None, false),
+                ("queued", None, false),
+                ("scheduled", None, false),
             ],
         ),
         (

@@ -84,6 +84,7 @@ impl Probe {
             queued_tasks: None,
             worker_events: self.subscriptions.clone(),
             canary: None,
+            capacity: None,
         }
     }
 }

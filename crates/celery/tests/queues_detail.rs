@@ -104,6 +104,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
         queued_tasks: None,
         worker_events: Vec::new(),
         canary: None,
+        capacity: None,
     }
 }
 

@@ -601,6 +601,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
         queued_tasks: None,
         worker_events: Vec::new(),
         canary: None,
+        capacity: None,
     }
 }
 

@@ -124,6 +124,12 @@ pub struct Executor {
     /// How long a queued canary may wait for a worker before the executor is
     /// unhealthy; `ZERO` turns that rule off ([`crate::canary`]).
     pub canary_max_pickup: Duration,
+    /// Airflow's `[core] parallelism`: the slots this executor has per live
+    /// scheduler ([`crate::capacity`]).
+    pub parallelism: u32,
+    /// How long every slot may stay taken while tasks wait in `scheduled`
+    /// before the executor is unhealthy; `ZERO` turns that rule off.
+    pub max_at_capacity: Duration,
     /// Rung by a check that holds a connection, when it closes or stops
     /// answering: the supervisor polls the executor at once ([`alarm`]).
     pub alarm: Option<Alarm>,
@@ -146,6 +152,8 @@ impl Executor {
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
             canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
+            parallelism: crate::capacity::DEFAULT_PARALLELISM,
+            max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
             alarm: None,
             factory: Arc::new(move || Check::Async(Arc::new(factory()))),
         }
@@ -161,6 +169,8 @@ impl Executor {
             instance: None,
             max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
             canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
+            parallelism: crate::capacity::DEFAULT_PARALLELISM,
+            max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
             alarm: None,
             factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
         }
@@ -202,6 +212,14 @@ impl Executor {
         self
     }
 
+    /// Sets Airflow's `[core] parallelism` and how long every slot may stay
+    /// taken while tasks wait (`ZERO`: never judged).
+    pub fn with_capacity(mut self, parallelism: u32, max_at_capacity: Duration) -> Self {
+        self.parallelism = parallelism;
+        self.max_at_capacity = max_at_capacity;
+        self
+    }
+
     /// `class` or `class @ instance`, for logs.
     pub fn label(&self) -> String {
         match &self.instance {
@@ -223,6 +241,8 @@ impl fmt::Debug for Executor {
             .field("instance", &self.instance)
             .field("max_queued_age", &self.max_queued_age)
             .field("canary_max_pickup", &self.canary_max_pickup)
+            .field("parallelism", &self.parallelism)
+            .field("max_at_capacity", &self.max_at_capacity)
             .finish_non_exhaustive()
     }
 }

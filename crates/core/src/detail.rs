@@ -124,6 +124,9 @@ pub struct Detail {
     /// ([`crate::canary`]); `null` when the canary DAG is not installed, or
     /// Airflow's tables cannot be read.
     pub canary: Option<CanaryDetail>,
+    /// The executor's slots and the task instances taking them or waiting
+    /// ([`crate::capacity`]); `null` when Airflow's tables cannot be read.
+    pub capacity: Option<CapacityDetail>,
 }
 
 impl Detail {
@@ -134,7 +137,25 @@ impl Detail {
             && self.queued_tasks.is_none()
             && self.worker_events.is_empty()
             && self.canary.is_none()
+            && self.capacity.is_none()
     }
+}
+
+/// An executor's slots, and the task instances taking them or waiting.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CapacityDetail {
+    /// `parallelism` times the live schedulers: what it may run or queue at once.
+    pub slots: u64,
+    /// Airflow's `[core] parallelism`: the slots each scheduler's executor has.
+    pub parallelism: u32,
+    /// The schedulers heartbeating within their threshold.
+    pub schedulers: u32,
+    /// Its task instances `running`.
+    pub running: u64,
+    /// Its task instances `queued`.
+    pub queued: u64,
+    /// Its task instances `scheduled`: waiting for a slot.
+    pub scheduled: u64,
 }
 
 /// The canary DAG, and its latest runs on one executor's queues.

@@ -16,7 +16,8 @@
 //! The canary ([`crate::canary`]), when the plugin's DAG is installed, adds its
 //! findings (`canary on queue default failed`) to these, and a canary that
 //! cannot run (paused, gone, not scheduled) makes an executor that would read
-//! healthy `unknown`.
+//! healthy `unknown`; so does the capacity ([`crate::capacity`]): every slot
+//! taken while tasks wait in `scheduled`, for `max_at_capacity`.
 //!
 //! A reason holds still while its fault continues: it names the queue and the
 //! limit, never a count or an age that ticks from poll to poll (how many wait,
@@ -49,7 +50,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::canary::CanaryJudged;
-use crate::detail::{Observation, QueueDetail, QueuedTasks};
+use crate::detail::{CapacityDetail, Observation, QueueDetail, QueuedTasks};
 use crate::duration;
 use crate::job::ExecutorHealth;
 
@@ -57,6 +58,16 @@ use crate::job::ExecutorHealth;
 /// shorter than Airflow's `[scheduler] task_queued_timeout` (10 min, after which
 /// Airflow fails the task) so that the operator hears first.
 pub const DEFAULT_MAX_QUEUED_AGE: Duration = Duration::from_secs(300);
+
+/// The evidence judged beside the check's and the queued task instances'.
+#[derive(Debug, Default)]
+pub struct Beside {
+    /// What the canary says ([`crate::canary`]); `None`: not installed, or not known.
+    pub canary: Option<CanaryJudged>,
+    /// The executor's slots, and the finding when they stayed full
+    /// ([`crate::capacity`]); `None`: not known.
+    pub capacity: Option<(CapacityDetail, Option<String>)>,
+}
 
 /// What one executor's actor remembers of its queues across polls.
 #[derive(Debug, Default)]
@@ -87,21 +98,22 @@ impl FlowWatch {
         max_age: Duration,
         now: Instant,
     ) -> Observation {
-        self.judge_with_canary(observation, queued, None, max_age, now)
+        self.judge_all(observation, queued, Beside::default(), max_age, now)
     }
 
-    /// [`Self::judge`], with what the canary says of this executor
-    /// ([`crate::canary`]; `None`: not installed, or not known): its findings
-    /// make the executor unhealthy as the other rules' do, and a canary that
-    /// cannot run makes an executor that would read healthy `unknown`.
-    pub fn judge_with_canary(
+    /// [`Self::judge`], with the evidence `beside` it: the canary's findings
+    /// and the capacity's make the executor unhealthy as the other rules' do,
+    /// and a canary that cannot run makes an executor that would read healthy
+    /// `unknown`.
+    pub fn judge_all(
         &mut self,
         observation: Observation,
         queued: Option<QueuedTasks>,
-        canary: Option<CanaryJudged>,
+        beside: Beside,
         max_age: Duration,
         now: Instant,
     ) -> Observation {
+        let Beside { canary, capacity } = beside;
         let Observation {
             health,
             detail,
@@ -114,6 +126,10 @@ impl FlowWatch {
             findings.splice(0..0, queued_findings(queued, max_age));
         }
         let mut blind = None;
+        if let Some((capacity, finding)) = capacity {
+            findings.extend(finding);
+            detail.capacity = Some(capacity);
+        }
         if let Some(canary) = canary {
             findings.extend(canary.findings);
             blind = canary.blind;

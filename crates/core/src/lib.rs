@@ -34,6 +34,7 @@
 pub mod actors;
 pub mod backoff;
 pub mod canary;
+pub mod capacity;
 pub mod check;
 pub mod connect;
 pub mod detail;

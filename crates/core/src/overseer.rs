@@ -398,6 +398,7 @@ async fn start_actors(
         limits,
         settings.poll.poll_interval,
         crate::connect::full_read_timeout(settings.poll.poll_timeout),
+        settings.thresholds.scheduler,
     ));
     // The alarms of checks that hold a connection: rung, the executor is
     // polled at once (`check::alarm`).

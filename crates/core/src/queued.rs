@@ -29,6 +29,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 use crate::canary::{self, CanaryRead};
+use crate::capacity::{self, CapacityRead};
 use crate::detail::{QueuedOnQueue, QueuedTasks};
 use crate::error::Result;
 use crate::storage;
@@ -69,6 +70,9 @@ pub struct Snapshot {
     /// The canary's latest runs ([`crate::canary`]); `None` when they could
     /// not be read.
     pub canary: Option<CanaryRead>,
+    /// The executors' slots ([`crate::capacity`]); `None` when they could not
+    /// be read.
+    pub capacity: Option<CapacityRead>,
 }
 
 /// Queued task instances of one `(executor, queue)` (and team).
@@ -225,7 +229,9 @@ fn class_name(path: &str) -> &str {
 /// has one now (Airflow's `db migrate` may run after Overseer started).
 pub const TABLE_PROBE_EVERY: Duration = Duration::from_secs(60);
 
-/// The reader: every `interval`, one read of the table onto `board`, each in
+/// The reader: every `interval`, one read of the table (and of the canary's
+/// runs and the executors' slots, the schedulers counted live within
+/// `scheduler_threshold`) onto `board`, each in
 /// a task of its own bounded by `timeout` (a driver that panics or a
 /// database that does not answer costs that read, and the board says
 /// "not known" until the next one succeeds). Runs until its runtime stops.
@@ -236,6 +242,7 @@ pub async fn watch(
     limits: Vec<Duration>,
     interval: Duration,
     timeout: Duration,
+    scheduler_threshold: Duration,
 ) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -264,7 +271,9 @@ pub async fn watch(
         let read = actix_rt::spawn(async move {
             tokio::time::timeout(timeout, async {
                 let now = Utc::now();
-                let snapshot = read(&db, &limits, &routes, now).await?;
+                let mut snapshot = read(&db, &limits, &routes, now).await?;
+                snapshot.capacity =
+                    Some(capacity::read(&db, &routes, scheduler_threshold, now).await?);
                 Ok::<_, crate::error::Error>((snapshot, canary::read(&db, &routes, now).await))
             })
             .await
@@ -376,6 +385,7 @@ pub async fn read(
         limits: limits.to_vec(),
         rows: read,
         canary: None,
+        capacity: None,
     })
 }
 
@@ -511,6 +521,7 @@ mod tests {
             read_at,
             limits: vec![Duration::from_secs(60), Duration::from_secs(300)],
             canary: None,
+            capacity: None,
             rows: vec![
                 row(None, "default", 2, ago(840), [2, 1]),
                 row(Some("CeleryExecutor"), "default", 1, ago(90), [1, 0]),

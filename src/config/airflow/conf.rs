@@ -88,6 +88,8 @@ pub const MULTI_TEAM: AirflowOption = AirflowOption::new("core", "multi_team", "
 /// `[celery] broker_url` (the Celery provider's).
 pub const BROKER_URL: AirflowOption =
     AirflowOption::new("celery", "broker_url", "redis://redis:6379/0").sensitive();
+/// `[core] parallelism`: the slots each scheduler's executor has.
+pub const PARALLELISM: AirflowOption = AirflowOption::new("core", "parallelism", "32");
 /// `[celery] result_backend`: where the Celery executor reads its tasks'
 /// states (unset: Airflow's own database, `db+` its `sql_alchemy_conn`).
 pub const RESULT_BACKEND: AirflowOption =
@@ -122,11 +124,13 @@ pub const DAG_PROCESSOR_THRESHOLD: AirflowOption =
     AirflowOption::new("dag_processor", "health_check_threshold", "30");
 
 /// Every option Overseer reads.
-pub const OPTIONS: [AirflowOption; 13] = [
+pub const OPTIONS: [AirflowOption; 15] = [
     SQL_ALCHEMY_CONN,
     EXECUTOR,
     MULTI_TEAM,
+    PARALLELISM,
     BROKER_URL,
+    RESULT_BACKEND,
     CELERY_CONFIG_OPTIONS,
     SSL_ACTIVE,
     SSL_KEY,
@@ -140,8 +144,9 @@ pub const OPTIONS: [AirflowOption; 13] = [
 
 /// The options an executor of a team reads for that team: Airflow's Celery
 /// executor builds its app from `ExecutorConf(team_name)`.
-pub const TEAM_OPTIONS: [AirflowOption; 7] = [
+pub const TEAM_OPTIONS: [AirflowOption; 8] = [
     BROKER_URL,
+    RESULT_BACKEND,
     CELERY_CONFIG_OPTIONS,
     SSL_ACTIVE,
     SSL_KEY,

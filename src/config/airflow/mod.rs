@@ -23,8 +23,8 @@ mod ini;
 pub use conf::{AirflowConf, AirflowOption, Resolved, Source};
 use conf::{
     BROKER_URL, CELERY_CONFIG_OPTIONS, DAG_PROCESSOR_THRESHOLD, DEFAULT_CELERY_CONFIG,
-    DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, RESULT_BACKEND, SCHEDULER_THRESHOLD, SQL_ALCHEMY_CONN,
-    SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
+    DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, PARALLELISM, RESULT_BACKEND, SCHEDULER_THRESHOLD,
+    SQL_ALCHEMY_CONN, SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
 };
 
 /// Each `[celery] ssl_*` option and the `[[executors]]` key it sets.
@@ -131,6 +131,27 @@ impl AirflowEnv {
             }
         }
 
+        let parallelism = match set(&PARALLELISM)? {
+            Some((text, origin)) => {
+                let slots = text
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            "executors",
+                            origin.clone(),
+                            format!(
+                                "[core] parallelism: expected a positive whole number, got {:?}",
+                                text.trim()
+                            ),
+                        )
+                    })?;
+                Some((slots, origin))
+            }
+            None => None,
+        };
         let (celery, field_origins) = CeleryEnv::read(&set_for, None)?;
         let executor_list = match set(&EXECUTOR)? {
             Some(list) => Some(list),
@@ -182,6 +203,7 @@ impl AirflowEnv {
             // No executor list from Airflow: its broker, queue and TLS settings still
             // apply to the Celery executors configured before.
             None if celery.broker.is_some()
+                || parallelism.is_some()
                 || celery.result_backend.is_some()
                 || celery.default_queue.is_some()
                 || !celery.ssl.is_empty() =>
@@ -198,7 +220,14 @@ impl AirflowEnv {
             }
             None => None,
         };
-        if let Some(executors) = executors {
+        if let Some(mut executors) = executors {
+            if let Some((slots, origin)) = &parallelism {
+                for (index, executor) in executors.iter_mut().enumerate() {
+                    executor.insert("parallelism".into(), Value::from(*slots));
+                    env.origins
+                        .insert(format!("executors.{index}.parallelism"), origin.clone());
+                }
+            }
             let value = Value::from(executors.into_iter().map(Value::from).collect::<Vec<_>>());
             env.insert(&["executors"], value, list_origin);
         }

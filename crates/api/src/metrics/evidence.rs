@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use overseer_core::detail::{
-    Detail, EventsDetail, QueueDetail, QueuedOnQueue, WorkerDetail, WorkerHeartbeat,
+    CapacityDetail, Detail, EventsDetail, QueueDetail, QueuedOnQueue, WorkerDetail, WorkerHeartbeat,
 };
 use overseer_core::report::ExecutorInstance;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
@@ -223,6 +223,43 @@ pub(super) fn queued_tasks(detailed: &[Detailed]) -> Vec<MetricFamily> {
             "How long the oldest task instance queued on the queue has waited, in seconds, at the latest check.",
             MetricType::GAUGE,
             queued_gauge(|tasks| tasks?.oldest_seconds.map(|s| s as f64)),
+        ),
+    ]
+}
+
+/// Per executor: its slots, those taken, and the task instances waiting for one.
+pub(super) fn capacity(detailed: &[Detailed]) -> Vec<MetricFamily> {
+    let of = |value: fn(&CapacityDetail) -> u64| {
+        detailed
+            .iter()
+            .filter_map(|(i, detail)| {
+                let capacity = detail.capacity.as_ref()?;
+                let pairs = vec![
+                    ("executor", i.executor.clone().unwrap_or_default()),
+                    ("executor_instance", i.instance.clone().unwrap_or_default()),
+                ];
+                Some(gauge(pairs, value(capacity) as f64))
+            })
+            .collect()
+    };
+    vec![
+        family(
+            "overseer_executor_slots",
+            "The executor's slots: Airflow's [core] parallelism times the live schedulers.",
+            MetricType::GAUGE,
+            of(|c| c.slots),
+        ),
+        family(
+            "overseer_executor_slots_taken",
+            "The executor's task instances running or queued: the slots taken.",
+            MetricType::GAUGE,
+            of(|c| c.running + c.queued),
+        ),
+        family(
+            "overseer_scheduled_tasks",
+            "The executor's task instances in state scheduled: waiting for a slot.",
+            MetricType::GAUGE,
+            of(|c| c.scheduled),
         ),
     ]
 }

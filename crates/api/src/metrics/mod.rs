@@ -34,6 +34,7 @@
 //! | `overseer_worker_events_subscriptions_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
 //! | `overseer_worker_events_overflows_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
 //! | `overseer_worker_events_backlog` | `executor`, `executor_instance`, `broker` | the same | the broker keeps no queue for the subscription (Redis) |
+//! | `overseer_executor_slots`, `overseer_executor_slots_taken`, `overseer_scheduled_tasks` | `executor`, `executor_instance` | executor | Airflow's tables cannot be read |
 //! | `overseer_canary_*` ([`canary`]) | `executor`, `executor_instance`, `queue` | queue the canary runs on | the canary DAG is not installed |
 //!
 //! A queue is labelled by its `broker` as well as its `executor_instance`: a
@@ -150,6 +151,7 @@ impl Metrics {
             evidence::worker_events(&detailed),
             evidence::queues(&detailed),
             evidence::queued_tasks(&detailed),
+            evidence::capacity(&detailed),
             canary::canary(&self.executors, &detailed),
             components(&report, now),
             polls::executors(&self.executors),

@@ -11,8 +11,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::detail::{
-    CanaryDetail, CanaryOnQueue, Detail, EventsDetail, LoadAverage, QueueDetail, QueuedOnQueue,
-    QueuedTasks, Seconds, WorkerDetail, WorkerHeartbeat,
+    CanaryDetail, CanaryOnQueue, CapacityDetail, Detail, EventsDetail, LoadAverage, QueueDetail,
+    QueuedOnQueue, QueuedTasks, Seconds, WorkerDetail, WorkerHeartbeat,
 };
 use overseer_core::entity::job;
 use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
@@ -210,6 +210,14 @@ pub fn full_detail() -> Detail {
                 last_success: Some(Utc.with_ymd_and_hms(2026, 12, 1, 9, 50, 11).unwrap()),
             }],
         }),
+        capacity: Some(CapacityDetail {
+            slots: 64,
+            parallelism: 32,
+            schedulers: 2,
+            running: 60,
+            queued: 4,
+            scheduled: 17,
+        }),
     }
 }
 
@@ -223,6 +231,7 @@ pub fn sparse_detail() -> Detail {
         queued_tasks: None,
         worker_events: Vec::new(),
         canary: None,
+        capacity: None,
     }
 }
 

@@ -33,11 +33,12 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::canary::PickupsSeen;
+use crate::capacity::CapacityWatch;
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
 use crate::duration;
-use crate::flow::FlowWatch;
+use crate::flow::{Beside, FlowWatch};
 use crate::job::ExecutorHealth;
 use crate::queued::QueuedBoard;
 use crate::stats::ExecutorStats;
@@ -189,6 +190,8 @@ pub struct ExecutorActor {
     queued: Option<QueuedSource>,
     /// The canaries whose pickup was counted.
     pickups: PickupsSeen,
+    /// Since when every slot is taken while work waits.
+    capacity: CapacityWatch,
     /// A check of this incarnation is running.
     running: bool,
     /// Polls that came while a check ran: answered with its verdict when it
@@ -220,6 +223,7 @@ impl ExecutorActor {
             backoff: Backoff::new(policy.backoff, policy.max_backoff),
             flow: FlowWatch::default(),
             pickups: PickupsSeen::default(),
+            capacity: CapacityWatch::default(),
             queued: None,
             running: false,
             waiting: Vec::new(),
@@ -252,12 +256,23 @@ impl ExecutorActor {
                 self.executor.canary_max_pickup,
             )
         });
-        self.flow.judge_with_canary(
+        let now = Instant::now();
+        let capacity = snapshot.as_ref().and_then(|(source, s)| {
+            let detail = s
+                .capacity
+                .as_ref()?
+                .for_executor(source.index, self.executor.parallelism);
+            let finding = self
+                .capacity
+                .finding(&detail, self.executor.max_at_capacity, now);
+            Some((detail, finding))
+        });
+        self.flow.judge_all(
             observation,
             queued,
-            canary,
+            Beside { canary, capacity },
             self.executor.max_queued_age,
-            Instant::now(),
+            now,
         )
     }
 

@@ -528,6 +528,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
         }),
         worker_events: Vec::new(),
         canary: None,
+        capacity: None,
     });
     let live: Vec<&job::Model> = rows.iter().collect();
     let mut most_recent: [Option<&job::Model>; 4] = Default::default();
@@ -555,6 +556,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
             },
             "worker_events": [],
             "canary": null,
+            "capacity": null,
         })
     );
     assert_eq!(instances[1]["hostname"], "sched-2");
