@@ -9,7 +9,7 @@
 //! ```
 //! - `--smoke`: CI's pass (tiny sizes, one run each, no assertion on any figure),
 //!   written to a temporary folder unless `--out` says otherwise.
-//! - `--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood`: some sections (also to a temporary folder).
+//! - `--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads`: some sections (also to a temporary folder).
 //! - `--out DIR`: where `BENCHMARKS.md` and `docs/bench/*.svg` go (default: the workspace).
 //!
 //! Exit code 1 when a section failed or was only partly measured (the report is
@@ -54,7 +54,7 @@ use crate::plan::Plan;
 use crate::report::{Body, Out, Outcome, RunInfo, Section, Skip};
 
 /// The sections, in the report's order: (id for `--only`, title).
-const SECTIONS: [(&str, &str); 10] = [
+const SECTIONS: [(&str, &str); 11] = [
     ("loop", "1. The host's main loop beside hung executors"),
     ("scale", "2. Scale: executors polled every second"),
     (
@@ -71,9 +71,13 @@ const SECTIONS: [(&str, &str); 10] = [
     ("events", "8. The workers' heartbeats, ingested"),
     ("pool", "9. The check pool beside tokio's own runners"),
     ("flood", "10. A flood of forged workers"),
+    (
+        "reads",
+        "11. Airflow's tables read at a million task instances",
+    ),
 ];
 
-const USAGE: &str = "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood] [--out DIR]";
+const USAGE: &str = "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads] [--out DIR]";
 
 struct Options {
     smoke: bool,
@@ -211,6 +215,7 @@ fn run(options: Options) -> Result<ExitCode> {
             "pool" => sections::pool::run(&plan),
             "events" => binary().and_then(|b| runtime.block_on(sections::events::run(&plan, &b))),
             "flood" => binary().and_then(|b| runtime.block_on(sections::flood::run(&plan, &b))),
+            "reads" => runtime.block_on(sections::reads::run(&plan)),
             _ => runtime.block_on(sections::celery::run(&plan, &out)),
         };
         let (body, outcome) = match result {

@@ -11,4 +11,5 @@ pub mod main_loop;
 pub mod plugin;
 pub mod pool;
 pub mod probe;
+pub mod reads;
 pub mod scale;
