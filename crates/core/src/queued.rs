@@ -250,6 +250,7 @@ pub async fn watch(
     let mut probed: Option<tokio::time::Instant> = None;
     let mut failing = false;
     let mut canary_failing = false;
+    let mut capacity_failing = false;
     loop {
         ticks.tick().await;
         if !present {
@@ -271,20 +272,33 @@ pub async fn watch(
         let read = actix_rt::spawn(async move {
             tokio::time::timeout(timeout, async {
                 let now = Utc::now();
-                let mut snapshot = read(&db, &limits, &routes, now).await?;
-                snapshot.capacity =
-                    Some(capacity::read(&db, &routes, scheduler_threshold, now).await?);
-                Ok::<_, crate::error::Error>((snapshot, canary::read(&db, &routes, now).await))
+                let snapshot = read(&db, &limits, &routes, now).await?;
+                let capacity = capacity::read(&db, &routes, scheduler_threshold, now).await;
+                let canary = canary::read(&db, &routes, now).await;
+                Ok::<_, crate::error::Error>((snapshot, capacity, canary))
             })
             .await
         })
         .await;
         match read {
-            Ok(Ok(Ok((mut snapshot, canary)))) => {
+            Ok(Ok(Ok((mut snapshot, capacity, canary)))) => {
                 if failing {
                     tracing::info!("queued task instances can be read again");
                     failing = false;
                 }
+                // Each of the others is evidence of its own: one that cannot
+                // be read leaves the queued task instances judged.
+                snapshot.capacity = match capacity {
+                    Ok(capacity) => Some(capacity),
+                    Err(e) => {
+                        if !capacity_failing {
+                            tracing::warn!(error = %crate::secret::scrub(&e.to_string()), "cannot count the executors' slots; their rule waits");
+                            capacity_failing = true;
+                        }
+                        None
+                    }
+                };
+                capacity_failing &= snapshot.capacity.is_none();
                 snapshot.canary = match canary {
                     Ok(canary) => {
                         if canary_failing {
