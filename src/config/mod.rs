@@ -40,12 +40,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::secret::{Scrubber, SecretUrl};
 pub use alert::{AlertFormat, WebhookUrl};
-use executor::ExecutorName;
+pub use executor::ExecutorConfig;
 use overseer_core::Thresholds;
 
 pub use errors::ConfigError;
 
-pub use executor::MAX_EXECUTOR_NAME;
+pub use executor::{
+    MAX_EXECUTOR_NAME, default_canary_max_pickup, default_max_at_capacity, default_max_queued_age,
+    default_parallelism, default_true,
+};
 
 /// The embedded default database: a SQLite file in the working folder, created if missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://overseer.db?mode=rwc";
@@ -233,101 +236,6 @@ impl Default for HistoryConfig {
     }
 }
 
-/// One `[[executors]]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutorConfig {
-    /// As Airflow names it: `CeleryExecutor`, `alias:CeleryExecutor`, or a module path.
-    pub name: ExecutorName,
-    /// Celery only: the broker (Redis or RabbitMQ; `;` separates a failover list).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub broker_url: Option<SecretUrl>,
-    /// Celery only: the result backend (`[celery] result_backend`), asked at
-    /// each poll: `redis://` (PING), `db+...` (SELECT 1); `rpc://` needs
-    /// nothing more than the broker; other backends are not checked. Unset,
-    /// Airflow uses its own database, which Overseer reads itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result_backend: Option<SecretUrl>,
-    /// Celery only: the queues whose depth is reported.
-    #[serde(default = "default_queues")]
-    pub queues: Vec<String>,
-    /// Celery only: also ping the workers over Celery's remote control.
-    #[serde(default)]
-    pub worker_ping: bool,
-    /// Celery only: follow the workers' own heartbeats (Celery's `worker`
-    /// events, sent by every worker unless `--without-heartbeat`): each worker's
-    /// state, tasks and load in the detail and `/metrics`, and `min_workers`
-    /// without the ping. `false` turns it off.
-    #[serde(default = "default_true")]
-    pub worker_events: bool,
-    /// Celery only: fewer live workers makes the verdict unhealthy: those
-    /// answering the ping with `worker_ping`, else those heard by their
-    /// heartbeats.
-    #[serde(default)]
-    pub min_workers: u32,
-    /// Any executor: how long work may wait before the executor is unhealthy:
-    /// task instances in Airflow's `queued` state (when the database holds
-    /// Airflow's `task_instance` table), and messages in a queue nobody consumes
-    /// or whose depth does not go down. Shorter than Airflow's `[scheduler]
-    /// task_queued_timeout` (10 min), so the operator hears first; `0s` turns
-    /// these rules off.
-    #[serde(default = "default_max_queued_age", with = "duration")]
-    pub max_queued_age: Duration,
-    /// Any executor, with the plugin's canary DAG installed: how long a canary
-    /// task may wait in `queued` for a worker before the executor is
-    /// unhealthy; `0s` turns that rule off (a failed canary still counts).
-    #[serde(default = "default_canary_max_pickup", with = "duration")]
-    pub canary_max_pickup: Duration,
-    /// Any executor: Airflow's `[core] parallelism`, the slots each live
-    /// scheduler's executor has (Airflow's default, 32).
-    #[serde(default = "default_parallelism")]
-    pub parallelism: u32,
-    /// Any executor: how long every slot may stay taken (task instances
-    /// running or queued: `parallelism` times the live schedulers) while
-    /// tasks wait in `scheduled`, before the executor is unhealthy; `0s` turns
-    /// this rule off.
-    #[serde(default = "default_max_at_capacity", with = "duration")]
-    pub max_at_capacity: Duration,
-    /// Celery only: TLS to the broker whatever the URL's scheme, as Airflow's
-    /// `[celery] ssl_active` turns on Celery's `broker_use_ssl` (the certificate is
-    /// then always verified).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub ssl_active: bool,
-    /// Celery only, with `ssl_active`: the client key (a PEM file), `[celery] ssl_key`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssl_key: Option<String>,
-    /// Celery only, with `ssl_active`: the client certificate (a PEM file), `[celery] ssl_cert`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssl_cert: Option<String>,
-    /// Celery only, with `ssl_active`: the CA bundle (a PEM file) that replaces the
-    /// system's roots, `[celery] ssl_cacert`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssl_cacert: Option<String>,
-    /// Any executor but Celery: a program and its arguments, run at each poll
-    /// without a shell ([`overseer_checks::command`]): exit 0 is healthy, 1
-    /// unhealthy, anything else unknown. Shown with credential options' values
-    /// (`--token s3cret`) and URL passwords masked; the instance is the program alone.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "scrubbed_command"
-    )]
-    pub check_command: Option<Vec<String>>,
-    /// Any executor but Celery: a URL asked with `GET` at each poll
-    /// ([`overseer_checks::http`]): 2xx is healthy. It may carry a token, so it
-    /// is shown redacted; the instance is the URL without its query.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check_url: Option<SecretUrl>,
-    /// With an `https://` `check_url`: a CA bundle (a PEM file) that replaces
-    /// the system's roots, for a probe whose certificate a private CA issued.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check_cacert: Option<String>,
-}
-
-fn is_false(value: &bool) -> bool {
-    !value
-}
-
 /// One `[[alerts]]` entry: a webhook told of transitions ([`crate::alerts`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -396,94 +304,12 @@ fn default_retry_for() -> Duration {
     DEFAULT_ALERT_RETRY_FOR
 }
 
-/// `check_command` as `overseer config` shows it: the value of an option that
-/// names a credential (`--token s3cret`) and any URL's password masked
-/// ([`overseer_checks::command::redacted_argv`]).
-fn scrubbed_command<S: serde::Serializer>(
-    command: &Option<Vec<String>>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    command
-        .as_deref()
-        .map(overseer_checks::command::redacted_argv)
-        .serialize(serializer)
-}
-
-impl ExecutorConfig {
-    /// An entry for this executor with every other setting at its default.
-    pub fn named(name: ExecutorName) -> Self {
-        Self {
-            name,
-            broker_url: None,
-            result_backend: None,
-            queues: default_queues(),
-            worker_ping: false,
-            worker_events: true,
-            min_workers: 0,
-            max_queued_age: default_max_queued_age(),
-            canary_max_pickup: default_canary_max_pickup(),
-            parallelism: default_parallelism(),
-            max_at_capacity: default_max_at_capacity(),
-            ssl_active: false,
-            ssl_key: None,
-            ssl_cert: None,
-            ssl_cacert: None,
-            check_command: None,
-            check_url: None,
-            check_cacert: None,
-        }
-    }
-
-    /// Celery's `broker_use_ssl` as Airflow's Celery provider builds it from
-    /// `[celery] ssl_*`: `None` unless `ssl_active`; the certificate always
-    /// required; an empty path is no path.
-    pub fn broker_use_ssl(&self) -> Option<overseer_celery::TlsOptions> {
-        let path = |p: &Option<String>| p.clone().filter(|p| !p.trim().is_empty());
-        self.ssl_active.then(|| overseer_celery::TlsOptions {
-            cert_reqs: Some(overseer_celery::CertReqs::Required),
-            ca_certs: path(&self.ssl_cacert),
-            certfile: path(&self.ssl_cert),
-            keyfile: path(&self.ssl_key),
-            check_hostname: None,
-        })
-    }
-}
-
 /// How many SSE clients are served at once by default: far below the usual
 /// open-file limit (1024 soft), so probes always find a descriptor.
 pub const DEFAULT_MAX_STREAM_CLIENTS: u32 = 256;
 
 fn default_max_stream_clients() -> u32 {
     DEFAULT_MAX_STREAM_CLIENTS
-}
-
-/// `max_queued_age` by default: 5 min ([`overseer_core::flow::DEFAULT_MAX_QUEUED_AGE`]).
-pub fn default_max_queued_age() -> Duration {
-    overseer_core::flow::DEFAULT_MAX_QUEUED_AGE
-}
-
-/// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).
-pub fn default_canary_max_pickup() -> Duration {
-    overseer_core::canary::DEFAULT_MAX_PICKUP
-}
-
-/// `parallelism` by default: Airflow's 32.
-pub fn default_parallelism() -> u32 {
-    overseer_core::capacity::DEFAULT_PARALLELISM
-}
-
-/// `max_at_capacity` by default: 5 min ([`overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY`]).
-pub fn default_max_at_capacity() -> Duration {
-    overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY
-}
-
-/// Airflow's default queue (`[operators] default_queue`).
-pub fn default_true() -> bool {
-    true
-}
-
-fn default_queues() -> Vec<String> {
-    vec![overseer_celery::AIRFLOW_DEFAULT_QUEUE.to_owned()]
 }
 
 impl Default for Config {

@@ -643,8 +643,11 @@ async fn rabbitmq_a_flood_that_overflows_the_subscription_blames_no_live_worker(
     })
     .await;
     // Behind: its queue near its length (its backlog then says so), or the
-    // broker too busy to say how many wait.
-    assert!(subscription(&probe).is_some_and(|s| s.overflows == 1));
+    // broker too busy to say how many wait; counted each time it falls behind
+    // (under four publishers it may catch up and fall behind again before the
+    // poll that sees it: once a CI run counted more than one).
+    let behind = subscription(&probe).expect("the subscription is in the detail");
+    assert!(behind.overflows >= 1, "{behind:?}");
     // Three heartbeats' worth of the flood: every sample honest.
     let mut samples = 0;
     let flooded = Instant::now();

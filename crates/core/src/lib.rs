@@ -46,6 +46,7 @@ pub mod history;
 pub mod job;
 pub mod overseer;
 pub mod queued;
+pub mod reader;
 pub mod reason;
 pub mod report;
 pub mod secret;

@@ -43,7 +43,7 @@ use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
 use crate::history::HistorySettings;
-use crate::queued::{self, QueuedBoard, Routes};
+use crate::queued::{QueuedBoard, Routes};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
 use crate::stats::{ExecutorStats, StatsSnapshot};
@@ -391,7 +391,7 @@ async fn start_actors(
         executors.iter().map(|e| e.executor_class.as_str()),
     ));
     let default_executor = routes.route(None, None);
-    let queued_reader = actix_rt::spawn(queued::watch(
+    let queued_reader = actix_rt::spawn(crate::reader::run(
         reader_db,
         board.clone(),
         routes,

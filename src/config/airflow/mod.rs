@@ -503,7 +503,7 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
              [[executors]] too"
         );
     }
-    let default_queues = Value::from(super::default_queues());
+    let default_queues = Value::from(super::executor::default_queues());
     if let Some(queue) = default_queue
         && executor.get("queues").is_none_or(|q| *q == default_queues)
     {
