@@ -93,14 +93,7 @@ for _ in sys.stdin:
 
 #[tokio::test]
 async fn airflows_endpoint_agrees_with_overseers() {
-    let Some(venv) = support::airflow::venv() else {
-        return;
-    };
-    if let Err(e) = Command::new("redis-server").arg("--version").output() {
-        overseer_testkit::unavailable::<()>("redis-server", e);
-        return;
-    }
-    let Some(db) = support::airflow::migrated_db(&venv).await else {
+    let Some((venv, db)) = support::airflow::venv_redis_and_db().await else {
         return;
     };
     let mut airflow = Airflow::new(venv, &db.url);

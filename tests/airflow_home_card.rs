@@ -36,7 +36,6 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use overseer_testkit::wait;
@@ -83,14 +82,7 @@ async fn the_home_page_card_follows_the_broker() {
     let Some(driver) = Driver::start() else {
         return;
     };
-    let Some(venv) = support::airflow::venv() else {
-        return;
-    };
-    if let Err(e) = Command::new("redis-server").arg("--version").output() {
-        overseer_testkit::unavailable::<()>("redis-server", e);
-        return;
-    }
-    let Some(db) = support::airflow::migrated_db(&venv).await else {
+    let Some((venv, db)) = support::airflow::venv_redis_and_db().await else {
         return;
     };
     let mut airflow = Airflow::new(venv, &db.url);

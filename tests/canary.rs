@@ -35,7 +35,6 @@
 use crate::support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -73,14 +72,7 @@ const LOADED_FOR: Duration = Duration::from_secs(900);
 #[tokio::test]
 async fn the_canary_proves_work_flows_through_each_queue() {
     let mut timings = Timings::new("canary");
-    let Some(venv) = support::airflow::venv() else {
-        return;
-    };
-    if let Err(e) = Command::new("redis-server").arg("--version").output() {
-        overseer_testkit::unavailable::<()>("redis-server", e);
-        return;
-    }
-    let Some(db) = support::airflow::migrated_db(&venv).await else {
+    let Some((venv, db)) = support::airflow::venv_redis_and_db().await else {
         return;
     };
     let mut run = Run::new(

@@ -18,6 +18,23 @@ const LOADED_FOR: Duration = Duration::from_secs(120);
 /// How long the dead backend is sampled.
 const HOLD: Duration = Duration::from_secs(5);
 
+/// `overseer serve` configured as Airflow is: the Celery executor on
+/// `broker`, its result backend `backend` (quick intervals in `dir`'s
+/// overseer.toml).
+fn overseer_with(
+    dir: &tempfile::TempDir,
+    broker: &ThrowawayRedis,
+    backend: &str,
+) -> std::process::Command {
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let mut command = overseer(dir.path());
+    command
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0))
+        .env("AIRFLOW__CELERY__RESULT_BACKEND", backend);
+    command
+}
+
 fn reason_of(json: &serde_json::Value) -> String {
     celery(json).map_or_else(String::new, |c| {
         c["reason"].as_str().unwrap_or_default().to_owned()
@@ -76,14 +93,7 @@ fn a_redis_result_backend_that_dies_makes_the_executor_unhealthy_naming_it() {
     let url = backend.url(Some("Backend%25Secret-7"), 1);
     let shown = url.replace("Backend%25Secret-7", "***");
     let dir = workdir();
-    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
-    let serving = Serving::start(
-        overseer(dir.path())
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0))
-            .env("AIRFLOW__CELERY__RESULT_BACKEND", &url)
-            .env("RUST_LOG", "debug"),
-    );
+    let serving = Serving::start(overseer_with(&dir, &broker, &url).env("RUST_LOG", "debug"));
     let expected = format!("result backend {shown} does not answer");
     let port = backend.port;
     let backend_cell = std::cell::RefCell::new(&mut backend);
@@ -135,13 +145,7 @@ fn a_database_result_backend_that_dies_makes_the_executor_unhealthy_naming_it() 
             .replacen("postgres://", "postgresql+psycopg2://", 1)
     );
     let dir = workdir();
-    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
-    let serving = Serving::start(
-        overseer(dir.path())
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", broker.url(None, 0))
-            .env("AIRFLOW__CELERY__RESULT_BACKEND", &url),
-    );
+    let serving = Serving::start(&mut overseer_with(&dir, &broker, &url));
     judged_through_a_kill(
         &serving,
         &format!("result backend {url} does not answer"),

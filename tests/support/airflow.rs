@@ -309,6 +309,20 @@ impl Drop for Airflow {
     }
 }
 
+/// What a test of a real Airflow beside a Redis broker needs: the Airflow
+/// venv, `redis-server`, and a fresh database with Airflow's schema
+/// ([`migrated_db`]); `None` (skipped, or a failure under `CI`) when one is
+/// missing.
+pub async fn venv_redis_and_db() -> Option<(PathBuf, overseer_testkit::TestDb)> {
+    let venv = venv()?;
+    if let Err(e) = Command::new("redis-server").arg("--version").output() {
+        overseer_testkit::unavailable::<()>("redis-server", e);
+        return None;
+    }
+    let db = migrated_db(&venv).await?;
+    Some((venv, db))
+}
+
 /// A fresh Postgres database holding Airflow's schema as `airflow db migrate`
 /// leaves it (the Edge provider's tables included: Airflow finds its database
 /// manager among the installed providers), copied from a template database
