@@ -231,12 +231,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
 
     // 5. paused
     let started = Instant::now();
-    let pause = run.finish(
-        run.airflow(&["dags", "pause", "overseer_canary"]),
-        "airflow-dags-pause",
-        CLI_DEADLINE,
-    );
-    assert!(pause.status.success(), "airflow dags pause:\n{}", pause.log);
+    airflow_cli(&mut run, &["dags", "pause", "overseer_canary"]);
     let paused = run.wait_until("unknown, the canary paused", PHASE, || {
         executor(&health).filter(|i| i["health"] == "unknown")
     });
@@ -251,16 +246,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     // 6. at capacity: four tasks of two minutes, two slots, a worker that
     // runs one at a time (the second waits queued in the broker).
     let started = Instant::now();
-    let trigger = run.finish(
-        run.airflow(&["dags", "trigger", "overseer_capacity"]),
-        "airflow-dags-trigger",
-        CLI_DEADLINE,
-    );
-    assert!(
-        trigger.status.success(),
-        "airflow dags trigger:\n{}",
-        trigger.log
-    );
+    airflow_cli(&mut run, &["dags", "trigger", "overseer_capacity"]);
     let full = run.wait_until("unhealthy at capacity", PHASE, || {
         executor(&health).filter(|i| reason(i).contains("at capacity"))
     });
@@ -297,6 +283,14 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     drop(run);
     drop(db);
     eprintln!("canary: phase timings\n{}", timings.render());
+}
+
+/// `airflow ARGS` to its end, which must succeed (its log as
+/// `airflow-<first two args>`).
+fn airflow_cli(run: &mut Run, args: &[&str]) {
+    let name = format!("airflow-{}", args[..2.min(args.len())].join("-"));
+    let done = run.finish(run.airflow(args), &name, CLI_DEADLINE);
+    assert!(done.status.success(), "airflow {args:?}:\n{}", done.log);
 }
 
 /// Overseer's one Celery executor instance, once it has one.

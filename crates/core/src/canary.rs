@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, Statement};
 
 use crate::detail::{CanaryDetail, CanaryOnQueue, Seconds};
 use crate::duration;
@@ -145,8 +145,8 @@ impl CanaryRead {
         }
         let mut judged = CanaryJudged::default();
         let mut waiting_any = false;
-        for (queue, mut runs) in by_queue {
-            runs.sort_by_key(|t| std::cmp::Reverse(t.logical_date));
+        // Each queue's runs keep the read's order: the newest first.
+        for (queue, runs) in by_queue {
             let latest = runs[0];
             let last_finished = runs.iter().find(|t| finished(t.state.as_deref()).is_some());
             let waiting = runs
@@ -162,6 +162,7 @@ impl CanaryRead {
             let picked = runs
                 .iter()
                 .find(|t| t.started.is_some() && t.queued.is_some());
+            let succeeded = runs.iter().find(|t| t.state.as_deref() == Some("success"));
             if !max_pickup.is_zero() && waited.is_some_and(|w| w >= max_pickup) {
                 judged.findings.push(format!(
                     "canary on queue {queue}: no worker started it within {}",
@@ -184,15 +185,10 @@ impl CanaryRead {
                 pickup_seconds: picked
                     .and_then(|t| seconds_between(t.queued?, t.started?))
                     .map(Seconds),
-                run_seconds: runs
-                    .iter()
-                    .find(|t| t.state.as_deref() == Some("success"))
+                run_seconds: succeeded
                     .and_then(|t| seconds_between(t.started?, t.ended?))
                     .map(Seconds),
-                last_success: runs
-                    .iter()
-                    .find(|t| t.state.as_deref() == Some("success"))
-                    .and_then(|t| t.ended),
+                last_success: succeeded.and_then(|t| t.ended),
             });
         }
         let (state, blind) = if dag.paused {
@@ -265,19 +261,15 @@ pub struct PickupsSeen {
 impl PickupsSeen {
     /// The pickups of `read` not seen before; forgets those no longer read.
     pub fn new_pickups(&mut self, read: &CanaryRead, index: usize) -> Vec<(String, f64)> {
-        let now: HashSet<(String, String)> = read
-            .pickups(index)
-            .map(|(run, queue, _)| (run.to_owned(), queue.to_owned()))
-            .collect();
-        let fresh = read
-            .pickups(index)
-            .filter(|(run, queue, _)| {
-                !self
-                    .seen
-                    .contains(&((*run).to_owned(), (*queue).to_owned()))
-            })
-            .map(|(_, queue, seconds)| (queue.to_owned(), seconds))
-            .collect();
+        let mut fresh = Vec::new();
+        let mut now = HashSet::new();
+        for (run, queue, seconds) in read.pickups(index) {
+            let key = (run.to_owned(), queue.to_owned());
+            if !self.seen.contains(&key) {
+                fresh.push((queue.to_owned(), seconds));
+            }
+            now.insert(key);
+        }
         self.seen = now;
         fresh
     }
@@ -318,7 +310,7 @@ pub async fn read(
         next_run_after: dag.try_get("", "next_dagrun_create_after")?,
     };
     let rows = db
-        .query_all_raw(Statement::from_string(backend, tasks_query(backend)))
+        .query_all_raw(Statement::from_string(backend, tasks_query()))
         .await?;
     let mut tasks = Vec::with_capacity(rows.len());
     for row in rows {
@@ -356,7 +348,7 @@ fn flag(row: &sea_orm::QueryResult, column: &str) -> Result<bool> {
 /// `logical_date` (the backward scan of Airflow's unique `(dag_id,
 /// logical_date)` index, whose `LIMIT` MySQL accepts only in a derived table),
 /// their task instances by `ti_dag_run`.
-pub fn tasks_query(_backend: DbBackend) -> String {
+pub fn tasks_query() -> String {
     format!(
         "SELECT dr.logical_date AS logical_date, ti.run_id AS run_id, ti.queue AS queue, \
          ti.executor AS executor, ti.state AS state, ti.queued_dttm AS queued_dttm, \

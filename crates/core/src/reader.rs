@@ -39,9 +39,9 @@ pub async fn run(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut present = false;
     let mut probed: Option<tokio::time::Instant> = None;
-    let mut failing = false;
-    let mut canary_failing = false;
-    let mut capacity_failing = false;
+    let mut queued = Reads::new("queued task instances", "their rule");
+    let mut slots = Reads::new("the executors' slots", "their rule");
+    let mut canaries = Reads::new("the canary's task instances", "its rule");
     loop {
         ticks.tick().await;
         if !present {
@@ -73,39 +73,11 @@ pub async fn run(
         .await;
         match read {
             Ok(Ok(Ok((mut snapshot, capacity, canary)))) => {
-                if failing {
-                    tracing::info!("queued task instances can be read again");
-                    failing = false;
-                }
+                queued.answered();
                 // Each of the others is evidence of its own: one that cannot
                 // be read leaves the queued task instances judged.
-                snapshot.capacity = match capacity {
-                    Ok(capacity) => Some(capacity),
-                    Err(e) => {
-                        if !capacity_failing {
-                            tracing::warn!(error = %crate::secret::scrub(&e.to_string()), "cannot count the executors' slots; their rule waits");
-                            capacity_failing = true;
-                        }
-                        None
-                    }
-                };
-                capacity_failing &= snapshot.capacity.is_none();
-                snapshot.canary = match canary {
-                    Ok(canary) => {
-                        if canary_failing {
-                            tracing::info!("the canary's task instances can be read again");
-                            canary_failing = false;
-                        }
-                        Some(canary)
-                    }
-                    Err(e) => {
-                        if !canary_failing {
-                            tracing::warn!(error = %crate::secret::scrub(&e.to_string()), "cannot read the canary's task instances; its rule waits");
-                            canary_failing = true;
-                        }
-                        None
-                    }
-                };
+                snapshot.capacity = slots.take(capacity);
+                snapshot.canary = canaries.take(canary);
                 board.set(Some(snapshot));
             }
             outcome => {
@@ -118,11 +90,54 @@ pub async fn run(
                     Err(e) => format!("the read ended early: {e}"),
                     Ok(Ok(Ok(_))) => unreachable!("matched above"),
                 };
-                if !failing {
-                    tracing::warn!(error = %crate::secret::scrub(&why), "cannot read queued task instances; their rule waits");
-                    failing = true;
-                }
+                queued.failed(&why);
                 board.set(None);
+            }
+        }
+    }
+}
+
+/// The reads of one kind of evidence: a run of failures is logged once, at
+/// WARN with the first error, and its end once, at INFO.
+struct Reads {
+    /// What is read (`queued task instances`).
+    what: &'static str,
+    /// Whose rule waits while it cannot be read (`their rule`).
+    rule: &'static str,
+    failing: bool,
+}
+
+impl Reads {
+    fn new(what: &'static str, rule: &'static str) -> Self {
+        Self {
+            what,
+            rule,
+            failing: false,
+        }
+    }
+
+    fn answered(&mut self) {
+        if std::mem::take(&mut self.failing) {
+            tracing::info!("{} can be read again", self.what);
+        }
+    }
+
+    fn failed(&mut self, error: &str) {
+        if !std::mem::replace(&mut self.failing, true) {
+            tracing::warn!(error = %crate::secret::scrub(error), "cannot read {}; {} waits", self.what, self.rule);
+        }
+    }
+
+    /// What a read gave, or `None` (the failure told) when it failed.
+    fn take<T>(&mut self, read: crate::error::Result<T>) -> Option<T> {
+        match read {
+            Ok(value) => {
+                self.answered();
+                Some(value)
+            }
+            Err(e) => {
+                self.failed(&e.to_string());
+                None
             }
         }
     }

@@ -169,7 +169,7 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
 
         if backend == DbBackend::Postgres {
             let plan = db
-                .strings(&format!("EXPLAIN {}", canary::tasks_query(backend)))
+                .strings(&format!("EXPLAIN {}", canary::tasks_query()))
                 .await
                 .join("\n");
             eprintln!("{backend:?}: the canary's runs:\n{plan}");
