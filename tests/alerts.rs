@@ -288,6 +288,7 @@ fn an_outage_past_min_duration_fires_once_and_resolves_once() {
             "reason",
             "since",
             "unhealthy_since",
+            "cost",
             "sent_at",
             "overseer"
         ]

@@ -20,7 +20,12 @@
 //!    this one, sampled every 500 ms, the executor never reads healthy.
 //! 4. **recovered**: a good worker again; `healthy` once a canary succeeds.
 //! 5. **paused**: `airflow dags pause overseer_canary`: `unknown`, saying so.
-//! 6. **at capacity** (issue 36, item 2): `[core] parallelism = 2`, four tasks
+//! 6. **what a fault cost** (issue 36, item 3): the broker killed (the test's
+//!    own Redis, by its pid), a DAG of three tasks triggered meanwhile: the
+//!    scheduler cannot send them and fails them; the broker started again,
+//!    the history's transition out of `unhealthy` counts the three, as the
+//!    `task_instance` table holds them.
+//! 7. **at capacity** (issue 36, item 2): `[core] parallelism = 2`, four tasks
 //!    of two minutes triggered, a worker running one at a time: once both
 //!    slots have been taken for `max_at_capacity` (20 s) with tasks waiting in
 //!    `scheduled`, `unhealthy`, naming the slots; `detail.capacity` and
@@ -53,6 +58,16 @@ with DAG(dag_id=\"overseer_capacity\", schedule=None, catchup=False, is_paused_u
     for n in range(4):
         BashOperator(task_id=f\"sleep_{n}\", bash_command=\"sleep 120\")
 ";
+/// The fault phase's DAG: three tasks, no retries, triggered while the
+/// broker is down.
+const FAULT_DAG: &str = "\
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+with DAG(dag_id=\"overseer_fault\", schedule=None, catchup=False, is_paused_upon_creation=False):
+    for n in range(3):
+        BashOperator(task_id=f\"step_{n}\", bash_command=\"true\", retries=0)
+";
 /// Airflow's `[core] parallelism` here: two slots for the one scheduler.
 const PARALLELISM: &str = "2";
 /// Overseer's `max_at_capacity` here.
@@ -83,6 +98,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
             dags: &[
                 ("overseer_canary.py", CANARY_FILE),
                 ("overseer_capacity.py", CAPACITY_DAG),
+                ("overseer_fault.py", FAULT_DAG),
             ],
         },
         venv,
@@ -119,12 +135,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         migrate.log
     );
 
-    let mut command = run.command("redis-server");
-    command
-        .args(["--port", &broker_port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(run.dir());
-    run.start("redis", command);
+    run.start("redis", redis_server(&run, broker_port));
     run.start("scheduler", run.airflow(&["scheduler"]));
     run.start("dag-processor", run.airflow(&["dag-processor"]));
     run.start_api_server();
@@ -228,6 +239,19 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         executor(&health).filter(|i| i["health"] == "healthy")
     });
     timings.add("recovered (until healthy)", started.elapsed());
+    // The history's transition out of `unhealthy` counts the canaries the
+    // broken worker failed.
+    let history = format!("{health}/history?executor=CeleryExecutor");
+    let recovery = run.wait_until("the recovery's cost in the history", PHASE, || {
+        let history = try_get_json(&history)?;
+        let latest = history["transitions"].as_array()?.first()?.clone();
+        (latest["to"] == "healthy" && latest["cost"].is_object()).then_some(latest)
+    });
+    assert_eq!(recovery["from"], "unhealthy", "{recovery}");
+    assert!(
+        recovery["cost"]["failed"].as_u64() >= Some(1),
+        "the broken worker's canaries: {recovery}"
+    );
 
     // 5. paused
     let started = Instant::now();
@@ -243,7 +267,75 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     assert_eq!(paused["detail"]["canary"]["dag"], "paused");
     timings.add("paused (until unknown)", started.elapsed());
 
-    // 6. at capacity: four tasks of two minutes, two slots, a worker that
+    // 6. what a fault cost: the broker killed, a DAG run failed meanwhile.
+    let started = Instant::now();
+    let killed = chrono::Utc::now();
+    let redis = run.running(|n| n == "redis").expect("the broker runs");
+    redis.child.kill().expect("the broker is killed by its pid");
+    let _ = redis.child.wait();
+    redis.reaped = true;
+    let down = run.wait_until("unhealthy, the broker killed", PHASE, || {
+        executor(&health).filter(|i| i["health"] == "unhealthy")
+    });
+    eprintln!("canary: broker down: {}", reason(&down));
+    airflow_cli(&mut run, &["dags", "trigger", "overseer_fault"]);
+    let failed = "SELECT task_id FROM task_instance WHERE dag_id = 'overseer_fault' \
+                  AND state = 'failed' ORDER BY task_id";
+    let until = Instant::now() + PHASE;
+    loop {
+        let ids = db.strings(failed).await;
+        if ids.len() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the scheduler never failed the tasks it could not send: {ids:?}\n{}",
+            run.procs.tails()
+        );
+        let instance = executor(&health);
+        assert!(
+            instance.as_ref().is_none_or(|i| i["health"] == "unhealthy"),
+            "the broker is down: {instance:?}"
+        );
+        tokio::time::sleep(SAMPLE).await;
+    }
+    let failing = started.elapsed();
+    run.start("redis-again", redis_server(&run, broker_port));
+    let recovery = run.wait_until(
+        "the transition out of unhealthy, with its cost",
+        PHASE,
+        || {
+            let history = try_get_json(&history)?;
+            // Newest first; phase 4's recovery (the broken worker's failed
+            // canaries its cost) is before the kill.
+            history["transitions"]
+                .as_array()?
+                .iter()
+                .find(|t| {
+                    t["from"] == "unhealthy"
+                        && t["at"]
+                            .as_str()
+                            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                            .is_some_and(|at| at > killed)
+                })
+                .cloned()
+        },
+    );
+    eprintln!("canary: recovered: {recovery}");
+    assert_eq!(
+        recovery["cost"],
+        serde_json::json!({"failed": 3, "up_for_retry": 0}),
+        "{recovery}"
+    );
+    // The canary is paused: out of `unhealthy` into `unknown`, saying so.
+    assert_eq!(recovery["to"], "unknown", "{recovery}");
+    timings.add("what a fault cost (kill until the tasks failed)", failing);
+    timings.add(
+        "what a fault cost (kill until the cost is told)",
+        started.elapsed(),
+    );
+
+    // 7. at capacity: four tasks of two minutes, two slots, a worker that
     // runs one at a time (the second waits queued in the broker).
     let started = Instant::now();
     airflow_cli(&mut run, &["dags", "trigger", "overseer_capacity"]);
@@ -283,6 +375,16 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     drop(run);
     drop(db);
     eprintln!("canary: phase timings\n{}", timings.render());
+}
+
+/// The broker: a `redis-server` of the test's own on `port`, keeping nothing.
+fn redis_server(run: &Run, port: u16) -> std::process::Command {
+    let mut command = run.command("redis-server");
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(run.dir());
+    command
 }
 
 /// `airflow ARGS` to its end, which must succeed (its log as

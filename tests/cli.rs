@@ -25,14 +25,16 @@ async fn migrate_commands_manage_the_schema(db: TestDb) {
     assert_eq!(
         status.stdout,
         "m20261129_000001_executor_health         pending\n\
-         m20261201_000001_executor_history        pending\n"
+         m20261201_000001_executor_history        pending\n\
+         m20261205_000001_history_cost            pending\n"
     );
 
     let up = migrate("up");
     assert_eq!(up.code, Some(0), "{}", up.stderr);
     assert_eq!(
         up.stdout,
-        "applied m20261129_000001_executor_health\napplied m20261201_000001_executor_history\n"
+        "applied m20261129_000001_executor_health\napplied m20261201_000001_executor_history\n\
+         applied m20261205_000001_history_cost\n"
     );
     assert!(db.has_table("overseer_executor_history").await);
     assert!(
@@ -46,10 +48,22 @@ async fn migrate_commands_manage_the_schema(db: TestDb) {
     assert_eq!(
         migrate("status").stdout,
         "m20261129_000001_executor_health         applied\n\
-         m20261201_000001_executor_history        applied\n"
+         m20261201_000001_executor_history        applied\n\
+         m20261205_000001_history_cost            applied\n"
     );
 
-    // Each `down` rolls back one migration, the latest first: the history table,
+    // Each `down` rolls back one migration, the latest first: the history's
+    // cost columns,
+    let down = migrate("down");
+    assert_eq!(down.code, Some(0), "{}", down.stderr);
+    assert_eq!(down.stdout, "rolled back m20261205_000001_history_cost\n");
+    assert!(
+        !db.column_names("overseer_executor_history")
+            .await
+            .iter()
+            .any(|c| c.starts_with("cost_"))
+    );
+    // the history table,
     let down = migrate("down");
     assert_eq!(down.code, Some(0), "{}", down.stderr);
     assert_eq!(

@@ -8,6 +8,8 @@
 //!   and the four executor-health columns.
 //! - `m20261201_000001_executor_history`: `overseer_executor_history`, a table of
 //!   Overseer's own: every change of an executor's verdict state.
+//! - `m20261205_000001_history_cost`: the history's two columns of what an
+//!   `unhealthy` span cost (task instances failed, gone `up_for_retry`).
 //!
 //! Overseer only ever adds to Airflow's schema: `down` removes what `up` added to a
 //! table and never drops the table itself, which Airflow's rows live in. Its own
@@ -17,6 +19,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_executor_health;
 mod m20261201_000001_executor_history;
+mod m20261205_000001_history_cost;
 
 /// Overseer's migrations, oldest first.
 pub struct Migrator;
@@ -27,6 +30,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261129_000001_executor_health::Migration),
             Box::new(m20261201_000001_executor_history::Migration),
+            Box::new(m20261205_000001_history_cost::Migration),
         ]
     }
 }

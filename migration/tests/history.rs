@@ -8,7 +8,7 @@ use overseer_testkit::all_backends;
 const TABLE: &str = "overseer_executor_history";
 
 /// Its columns, in table order.
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 10] = [
     "id",
     "executor",
     "instance",
@@ -17,6 +17,8 @@ const COLUMNS: [&str; 8] = [
     "to_health",
     "reason",
     "at",
+    "cost_failed",
+    "cost_up_for_retry",
 ];
 
 /// Its indexes, sorted.
@@ -52,7 +54,16 @@ async fn up_creates_the_history_table_and_down_drops_it() {
             "{backend:?}"
         );
 
-        // Down the last migration only: the history goes, `job` stays whole.
+        // Down the last migration only: the cost columns go, the row stays.
+        Migrator::down(&db.conn, Some(1)).await.unwrap();
+        assert_eq!(db.column_names(TABLE).await, COLUMNS[..8], "{backend:?}");
+        assert_eq!(
+            db.strings(&format!("SELECT reason FROM {TABLE}")).await,
+            ["it's down"],
+            "{backend:?}"
+        );
+
+        // Down the one before: the history goes, `job` stays whole.
         Migrator::down(&db.conn, Some(1)).await.unwrap();
         assert!(!db.has_table(TABLE).await, "{backend:?}: dropped");
         assert!(db.has_table("job").await, "{backend:?}");

@@ -259,6 +259,7 @@ struct JsonBody<'a> {
     reason: Option<&'a str>,
     since: String,
     unhealthy_since: String,
+    cost: Option<overseer_core::cost::FaultCost>,
     sent_at: String,
     overseer: &'static str,
 }
@@ -281,6 +282,7 @@ pub fn body(alert: &Alert, format: AlertFormat, sent_at: DateTime<Utc>) -> Strin
             reason: alert.reason.as_deref(),
             since: timestamp(alert.since),
             unhealthy_since: timestamp(alert.unhealthy_since),
+            cost: alert.cost,
             sent_at: timestamp(sent_at),
             overseer: env!("CARGO_PKG_VERSION"),
         }),
@@ -307,8 +309,12 @@ pub fn slack_text(alert: &Alert) -> String {
             let down = (alert.since - alert.unhealthy_since)
                 .to_std()
                 .unwrap_or_default();
+            let cost = alert
+                .cost
+                .map(|cost| format!("; {} meanwhile", cost.describe()))
+                .unwrap_or_default();
             format!(
-                ":large_green_circle: {who} is healthy again after {}",
+                ":large_green_circle: {who} is healthy again after {}{cost}",
                 age(down)
             )
         }
@@ -343,6 +349,7 @@ mod tests {
                 reason: Some("broker redis://broker:6379/0 refused the connection".into()),
                 since: t0,
                 unhealthy_since: t0,
+                cost: None,
             },
             AlertStatus::Resolved => Alert {
                 status,
@@ -352,6 +359,10 @@ mod tests {
                 reason: None,
                 since: t0 + chrono::Duration::seconds(183),
                 unhealthy_since: t0,
+                cost: Some(overseer_core::cost::FaultCost {
+                    failed: 3,
+                    up_for_retry: 1,
+                }),
             },
         }
     }
@@ -364,7 +375,7 @@ mod tests {
         assert_eq!(
             body(&alert(AlertStatus::Firing), AlertFormat::Json, sent),
             format!(
-                r#"{{"status":"firing","executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","health":"unhealthy","previous":"healthy","reason":"broker redis://broker:6379/0 refused the connection","since":"2026-01-02T03:04:05.123456+00:00","unhealthy_since":"2026-01-02T03:04:05.123456+00:00","sent_at":"2026-01-02T03:05:00.000000+00:00","overseer":"{}"}}"#,
+                r#"{{"status":"firing","executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","health":"unhealthy","previous":"healthy","reason":"broker redis://broker:6379/0 refused the connection","since":"2026-01-02T03:04:05.123456+00:00","unhealthy_since":"2026-01-02T03:04:05.123456+00:00","cost":null,"sent_at":"2026-01-02T03:05:00.000000+00:00","overseer":"{}"}}"#,
                 env!("CARGO_PKG_VERSION")
             )
         );
@@ -379,6 +390,10 @@ mod tests {
         assert_eq!(resolved["previous"], "unhealthy");
         assert_eq!(resolved["reason"], serde_json::Value::Null);
         assert_eq!(resolved["since"], "2026-01-02T03:07:08.123456+00:00");
+        assert_eq!(
+            resolved["cost"],
+            serde_json::json!({"failed": 3, "up_for_retry": 1})
+        );
     }
 
     /// Attempts come at 0, 1, 3, 7, 15 s and then at `retry_for` itself: an
@@ -410,7 +425,7 @@ mod tests {
         );
         assert_eq!(
             slack_text(&alert(AlertStatus::Resolved)),
-            ":large_green_circle: CeleryExecutor @ redis://broker:6379/0 on sched-1 is healthy again after 3m 3s"
+            ":large_green_circle: CeleryExecutor @ redis://broker:6379/0 on sched-1 is healthy again after 3m 3s; 3 task instances failed, 1 went up_for_retry meanwhile"
         );
         let mut odd = alert(AlertStatus::Firing);
         odd.reason = Some("a <b> & c".into());

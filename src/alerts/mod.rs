@@ -41,7 +41,9 @@ use std::time::Duration;
 use overseer_api::metrics::{CounterFamily, ExtraMetrics};
 use overseer_core::HealthReport;
 use overseer_core::Overseer;
-use overseer_core::history::HistoryReader;
+use overseer_core::cost::FaultCost;
+use overseer_core::history::{HistoryFilter, HistoryReader, MAX_LIMIT};
+use overseer_core::report::ExecutorHealthKind;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -236,15 +238,20 @@ async fn watch_reports(
     queue: SyncSender<Alert>,
     stats: Arc<TargetStats>,
 ) {
-    if let Some(history) = history {
-        let left = left_behind(&history, &hostname, &stats.label).await;
+    if let Some(history) = &history {
+        let left = left_behind(history, &hostname, &stats.label).await;
         tracker.restore(left, tokio::time::Instant::now(), chrono::Utc::now());
     }
     loop {
         let report = reports.borrow_and_update().clone();
         let now = tokio::time::Instant::now();
         let alerts = tracker.observe(observed(&report, &hostname), now, chrono::Utc::now());
-        for alert in alerts {
+        for mut alert in alerts {
+            if alert.status == AlertStatus::Resolved
+                && let Some(history) = &history
+            {
+                alert.cost = cost_of(history, &alert).await;
+            }
             if !enqueue(&queue, alert, &stats) {
                 return;
             }
@@ -292,6 +299,44 @@ async fn left_behind(history: &HistoryReader, hostname: &str, target: &str) -> V
             Vec::new()
         }
     }
+}
+
+/// What the outage a resolved alert ends cost, as the history's transitions
+/// out of `unhealthy` between its start and its end count it (more than one
+/// when the outage passed through `unknown`): `None` when the history has no
+/// count (the read failed, or the transition is not written yet: the
+/// aggregator writes it at the flush after the recovery, well within any
+/// `min_duration` but the shortest).
+async fn cost_of(history: &HistoryReader, alert: &Alert) -> Option<FaultCost> {
+    let key = &alert.key;
+    let filter = HistoryFilter {
+        executor: Some(key.executor.clone()),
+        instance: (!key.instance.is_empty()).then(|| key.instance.clone()),
+        since: Some(alert.unhealthy_since),
+        limit: MAX_LIMIT,
+    };
+    let transitions = match history.transitions(&filter).await {
+        Ok(transitions) => transitions,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read what the outage cost: the resolved alert goes without it");
+            return None;
+        }
+    };
+    // The database may round a time to its precision.
+    let end = alert.since + chrono::Duration::seconds(1);
+    transitions
+        .into_iter()
+        .filter(|t| {
+            t.hostname == key.hostname
+                && t.instance.as_deref().unwrap_or_default() == key.instance
+                && t.from == ExecutorHealthKind::Unhealthy
+                && t.at <= end
+        })
+        .filter_map(|t| t.cost)
+        .reduce(|sum, cost| FaultCost {
+            failed: sum.failed + cost.failed,
+            up_for_retry: sum.up_for_retry + cost.up_for_retry,
+        })
 }
 
 /// Sleeps until `deadline`, or forever without one.

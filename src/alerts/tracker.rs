@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use overseer_core::cost::FaultCost;
 use overseer_core::report::ExecutorHealthKind;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -98,6 +99,10 @@ pub struct Alert {
     /// When it turned `unhealthy`: `since` for `firing`; the firing alert's
     /// `since` for `resolved`.
     pub unhealthy_since: DateTime<Utc>,
+    /// For `resolved`: what the outage cost the executor (its task instances
+    /// that failed or went `up_for_retry` meanwhile), as the history counted
+    /// it; `None` for `firing`, or when the history has no count.
+    pub cost: Option<FaultCost>,
 }
 
 /// One instance's state.
@@ -279,6 +284,7 @@ impl Tracker {
                 reason,
                 since: tracked.since_at,
                 unhealthy_since,
+                cost: None,
             };
             match status {
                 AlertStatus::Firing => {

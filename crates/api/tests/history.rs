@@ -132,6 +132,7 @@ async fn the_history_route_filters_and_answers_newest_first(db: TestDb) {
             "to": "unhealthy",
             "reason": "broker a down",
             "at": "2026-11-29T19:48:02.500000+00:00",
+            "cost": null,
         }),
         "{backend:?}"
     );
@@ -278,8 +279,14 @@ fn the_history_route_is_in_the_openapi_document() {
     assert_eq!(
         properties,
         [
-            "at", "executor", "from", "hostname", "instance", "reason", "to"
+            "at", "cost", "executor", "from", "hostname", "instance", "reason", "to"
         ]
     );
     assert_eq!(transition["properties"]["at"]["format"], "date-time");
+    let cost = &doc["components"]["schemas"]["FaultCost"];
+    assert_eq!(
+        cost["required"],
+        json!(["failed", "up_for_retry"]),
+        "what an unhealthy span cost: {cost}"
+    );
 }

@@ -26,6 +26,8 @@
 //! - **Read.** [`HistoryReader`] answers `GET /api/v2/monitor/health/history`:
 //!   a small pool of its own, each read bounded by [`READ_TIMEOUT`].
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -36,13 +38,19 @@ use sea_orm::{
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
+use crate::cost::{self, FaultCost, Span};
 use crate::entity::history::{self, Column, Entity as History};
 use crate::error::{Error, Result};
+use crate::queued::Routes;
 use crate::report::{ExecutorHealthKind, airflow_timestamp};
 use crate::storage::{self, Session, VerdictRow, json_statement, timestamp_text, to_micros};
 
 /// The table's name.
 pub const TABLE: &str = "overseer_executor_history";
+
+/// Every column of a row, as the raw reads select them from `h`.
+const COLUMNS: &str = "h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, \
+                       h.reason, h.at, h.cost_failed, h.cost_up_for_retry";
 
 /// How long transitions are kept by default: two weeks, long enough to look
 /// back over the last on-call rotation.
@@ -109,6 +117,11 @@ pub struct Transition {
     #[serde(serialize_with = "timestamp")]
     #[schema(value_type = String, format = DateTime)]
     pub at: DateTime<Utc>,
+    /// On a transition out of `unhealthy`: what the span cost the executor,
+    /// its task instances that ended `failed` or went `up_for_retry`
+    /// meanwhile ([`crate::cost`]); `null` when not counted (any other
+    /// transition, or Airflow's `task_instance` could not be read).
+    pub cost: Option<FaultCost>,
 }
 
 fn timestamp<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
@@ -126,6 +139,13 @@ impl Transition {
             to: row.to_health.parse()?,
             reason: row.reason,
             at: row.at,
+            cost: match (row.cost_failed, row.cost_up_for_retry) {
+                (None, None) => None,
+                (failed, up_for_retry) => Some(FaultCost {
+                    failed: count(failed),
+                    up_for_retry: count(up_for_retry),
+                }),
+            },
         })
     }
 
@@ -137,6 +157,11 @@ impl Transition {
             self.instance.clone(),
         )
     }
+}
+
+/// A count as the table holds it (never negative).
+fn count(n: Option<i64>) -> u64 {
+    n.unwrap_or(0).max(0).unsigned_abs()
 }
 
 /// An executor row's identity across sessions: `(hostname, executor, instance)`.
@@ -196,7 +221,7 @@ pub async fn read(db: &impl ConnectionTrait, filter: &HistoryFilter) -> Result<V
 /// work grows with the rows the history keeps (at most `retention`'s worth).
 pub async fn latest(db: &impl ConnectionTrait) -> Result<Vec<Transition>> {
     let sql = format!(
-        "SELECT h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, h.reason, h.at \
+        "SELECT {COLUMNS} \
          FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} GROUP BY hostname, executor, instance) m \
          ON h.id = m.id"
     );
@@ -321,7 +346,7 @@ async fn left_behind(
         String::new()
     };
     let sql = format!(
-        "SELECT h.id, h.executor, h.instance, h.hostname, h.from_health, h.to_health, h.reason, h.at \
+        "SELECT {COLUMNS} \
          FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} WHERE hostname = {} AND at <= {} \
          {supervised}GROUP BY executor, instance) m ON h.id = m.id",
         placeholder(1),
@@ -360,8 +385,61 @@ pub async fn prune(db: &impl ConnectionTrait, before: DateTime<Utc>) -> Result<u
 pub struct HistoryWrite {
     /// The transitions the verdicts make, inserted with them.
     pub transitions: Vec<Transition>,
+    /// The transitions that end an `unhealthy` span (by their place in
+    /// `transitions`), with the span: what it cost is counted first.
+    pub costs: Vec<(usize, Span)>,
+    /// Which executor runs each task instance, for counting the costs.
+    pub routes: Option<Arc<Routes>>,
     /// Delete the transitions older than this (at most once an hour).
     pub prune_before: Option<DateTime<Utc>>,
+}
+
+impl HistoryWrite {
+    /// The transitions with what each `unhealthy` span they end cost, counted
+    /// now ([`cost::read`], each bounded by [`cost::READ_TIMEOUT`]) unless
+    /// counted already; a count that fails leaves the cost `null`, and the
+    /// transition is written all the same.
+    async fn counted(&self, db: &impl ConnectionTrait) -> Vec<Transition> {
+        let mut transitions = self.transitions.clone();
+        let Some(routes) = &self.routes else {
+            return transitions;
+        };
+        for (position, span) in &self.costs {
+            let Some(t) = transitions.get_mut(*position) else {
+                continue;
+            };
+            if t.cost.is_some() {
+                continue;
+            }
+            match tokio::time::timeout(cost::READ_TIMEOUT, cost::read(db, routes, *span, t.at))
+                .await
+            {
+                Ok(Ok(counted)) => {
+                    tracing::info!(
+                        executor = %t.executor,
+                        instance = t.instance.as_deref().unwrap_or_default(),
+                        "{} after {} unhealthy: {} meanwhile",
+                        t.to.as_str(),
+                        crate::duration::age((t.at - span.from).to_std().unwrap_or_default()),
+                        counted.describe()
+                    );
+                    t.cost = Some(counted);
+                }
+                Ok(Err(e)) => tracing::debug!(
+                    executor = %t.executor,
+                    error = %crate::secret::scrub(&e.to_string()),
+                    "cannot count what the unhealthy span cost: the transition is written without it"
+                ),
+                Err(_) => tracing::debug!(
+                    executor = %t.executor,
+                    "counting what the unhealthy span cost took over {}: the transition is \
+                     written without it",
+                    crate::duration::short(cost::READ_TIMEOUT)
+                ),
+            }
+        }
+        transitions
+    }
 }
 
 /// [`storage::flush`], with the history in the same transaction: one multi-row
@@ -378,11 +456,18 @@ pub async fn flush_with_history<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
+    // Counted before the transaction, on a connection of its own: a count
+    // that fails or is slow never rolls back nor holds the verdicts' write.
+    let transitions = if history.costs.is_empty() {
+        Cow::Borrowed(history.transitions.as_slice())
+    } else {
+        Cow::Owned(history.counted(db).await)
+    };
     let txn = db.begin().await?;
     let mut statements = storage::heartbeats_and_verdicts(&txn, session, now, verdicts).await?;
-    if !history.transitions.is_empty() {
+    if !transitions.is_empty() {
         let backend = txn.get_database_backend();
-        txn.execute_raw(insert_statement(backend, &history.transitions))
+        txn.execute_raw(insert_statement(backend, &transitions))
             .await?;
         statements += 1;
     }
@@ -412,6 +497,10 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<&'a str>,
         at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_failed: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_up_for_retry: Option<u64>,
     }
     let rows: Vec<Row> = transitions
         .iter()
@@ -423,12 +512,15 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
             to_health: t.to.as_str(),
             reason: t.reason.as_deref(),
             at: timestamp_text(backend, t.at),
+            cost_failed: t.cost.map(|c| c.failed),
+            cost_up_for_retry: t.cost.map(|c| c.up_for_retry),
         })
         .collect();
     // A transition the table already holds (same row, state and time) is not
     // written again: a flush whose commit went through but whose answer timed
     // out keeps its transitions and writes them at the next, once.
-    let columns = "executor, instance, hostname, from_health, to_health, reason, at";
+    let columns = "executor, instance, hostname, from_health, to_health, reason, at, \
+                   cost_failed, cost_up_for_retry";
     let absent = |instance_equal: &str| {
         format!(
             "NOT EXISTS (SELECT 1 FROM {TABLE} h WHERE h.executor = v.executor \
@@ -440,7 +532,8 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
         DbBackend::Postgres => format!(
             "INSERT INTO {TABLE} ({columns}) SELECT {columns} \
              FROM json_to_recordset(CAST($1 AS json)) AS v(executor text, instance text, \
-             hostname text, from_health text, to_health text, reason text, at timestamptz) \
+             hostname text, from_health text, to_health text, reason text, at timestamptz, \
+             cost_failed bigint, cost_up_for_retry bigint) \
              WHERE {}",
             absent("h.instance IS NOT DISTINCT FROM v.instance")
         ),
@@ -449,7 +542,9 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
              FROM JSON_TABLE(?, '$[*]' COLUMNS (executor VARCHAR(500) PATH '$.executor', \
              instance VARCHAR(500) PATH '$.instance', hostname VARCHAR(500) PATH '$.hostname', \
              from_health VARCHAR(20) PATH '$.from_health', to_health VARCHAR(20) PATH '$.to_health', \
-             reason TEXT PATH '$.reason', at DATETIME(6) PATH '$.at')) AS v WHERE {}",
+             reason TEXT PATH '$.reason', at DATETIME(6) PATH '$.at', \
+             cost_failed BIGINT PATH '$.cost_failed', cost_up_for_retry BIGINT PATH '$.cost_up_for_retry')) \
+             AS v WHERE {}",
             absent("h.instance <=> v.instance")
         ),
         _ => format!(
@@ -459,7 +554,9 @@ pub(crate) fn insert_statement(backend: DbBackend, transitions: &[Transition]) -
              json_extract(value, '$.hostname') AS hostname, \
              json_extract(value, '$.from_health') AS from_health, \
              json_extract(value, '$.to_health') AS to_health, \
-             json_extract(value, '$.reason') AS reason, json_extract(value, '$.at') AS at \
+             json_extract(value, '$.reason') AS reason, json_extract(value, '$.at') AS at, \
+             json_extract(value, '$.cost_failed') AS cost_failed, \
+             json_extract(value, '$.cost_up_for_retry') AS cost_up_for_retry \
              FROM json_each(?)) AS v WHERE {}",
             absent("h.instance IS v.instance")
         ),

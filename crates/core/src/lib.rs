@@ -17,6 +17,7 @@
 //!   queues, workers, task instances queued.
 //! - [`flow`]: whether work flows: the rules that turn the evidence into a verdict.
 //! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
+//! - [`cost`]: what an `unhealthy` span cost its executor: task instances lost.
 //! - [`history`]: every change of a verdict's state, in a table of Overseer's
 //!   own: written with the verdict, read by the API, pruned.
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
@@ -37,6 +38,7 @@ pub mod canary;
 pub mod capacity;
 pub mod check;
 pub mod connect;
+pub mod cost;
 pub mod detail;
 pub mod duration;
 pub mod entity;

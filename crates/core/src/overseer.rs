@@ -355,11 +355,15 @@ async fn start_actors(
     // The core actors are built by the actors' thread, and built again should
     // one of them stop or panic (see `thread`).
     let reports_tx = Arc::new(reports_tx);
+    let routes = Arc::new(Routes::new(
+        executors.iter().map(|e| e.executor_class.as_str()),
+    ));
     let aggregator_settings = AggregatorSettings {
         heartbeat_interval: settings.heartbeat_interval,
         refresh_interval: settings.refresh_interval,
         thresholds: settings.thresholds,
         history: settings.history,
+        routes: routes.clone(),
     };
     let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();
@@ -369,7 +373,7 @@ async fn start_actors(
         Aggregator::new(
             db.clone(),
             session.clone(),
-            aggregator_settings,
+            aggregator_settings.clone(),
             rows.clone(),
             reports_tx.clone(),
             aggregator_stats.clone(),
@@ -387,9 +391,6 @@ async fn start_actors(
         .collect();
     limits.sort();
     limits.dedup();
-    let routes = Arc::new(Routes::new(
-        executors.iter().map(|e| e.executor_class.as_str()),
-    ));
     let default_executor = routes.route(None, None);
     let queued_reader = actix_rt::spawn(crate::reader::run(
         reader_db,

@@ -306,7 +306,19 @@ pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>, by_tea
             )
         })
         .collect();
-    let (team, join, by) = if by_team {
+    let (team, join, by) = team_join(by_team);
+    format!(
+        "SELECT ti.executor AS executor, ti.queue AS queue{team}, COUNT(*) AS queued, \
+         MIN(ti.queued_dttm) AS oldest{overdue} \
+         FROM task_instance ti{join} WHERE ti.state = 'queued' GROUP BY ti.executor, ti.queue{by}"
+    )
+}
+
+/// With `by_team`, what a read of `task_instance ti` adds to learn each task's
+/// team (Airflow's `dag.bundle_name` and `dag_bundle_team`, one team per
+/// bundle): the column to select, the joins, and the column to group by.
+pub(crate) fn team_join(by_team: bool) -> (&'static str, &'static str, &'static str) {
+    if by_team {
         (
             ", bt.team_name AS team",
             " LEFT JOIN dag d ON d.dag_id = ti.dag_id \
@@ -315,18 +327,13 @@ pub fn query(backend: DbBackend, limits: &[Duration], now: DateTime<Utc>, by_tea
         )
     } else {
         ("", "", "")
-    };
-    format!(
-        "SELECT ti.executor AS executor, ti.queue AS queue{team}, COUNT(*) AS queued, \
-         MIN(ti.queued_dttm) AS oldest{overdue} \
-         FROM task_instance ti{join} WHERE ti.state = 'queued' GROUP BY ti.executor, ti.queue{by}"
-    )
+    }
 }
 
 /// A time as `queued_dttm` holds it, for comparing: Airflow's `UtcDateTime`
 /// is a time zone-aware type on Postgres and MySQL, and on SQLite the naive
 /// UTC text SQLAlchemy writes (`2026-11-30 23:40:00.123456`), compared as text.
-fn cutoff_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
+pub(crate) fn cutoff_literal(backend: DbBackend, at: DateTime<Utc>) -> String {
     match backend {
         DbBackend::Sqlite => format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.6f")),
         _ => storage::timestamp_literal(backend, at),

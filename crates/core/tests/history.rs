@@ -175,6 +175,7 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
                 to: ExecutorHealthKind::Healthy,
                 reason: None,
                 at: healthy_since,
+                cost: None,
             },
             Transition {
                 executor: "CeleryExecutor".into(),
@@ -184,6 +185,7 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
                 to: ExecutorHealthKind::Unhealthy,
                 reason: Some("broker refused the connection".into()),
                 at: made.since.unwrap(),
+                cost: None,
             },
         ],
         "{backend:?}"
@@ -437,6 +439,7 @@ fn old_transition(at: chrono::DateTime<Utc>, reason: &str) -> Transition {
         to: ExecutorHealthKind::Unhealthy,
         reason: Some(reason.into()),
         at,
+        cost: None,
     }
 }
 
@@ -454,6 +457,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
                 old_transition(recent, "recent"),
             ],
             prune_before: None,
+            ..HistoryWrite::default()
         };
         let statements = flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
             .await
@@ -468,6 +472,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
         let prune = HistoryWrite {
             transitions: Vec::new(),
             prune_before: Some(Utc::now() - chrono::Duration::days(14)),
+            ..HistoryWrite::default()
         };
         let statements = flush_with_history(&db.conn, &session, Utc::now(), &[], &prune)
             .await
@@ -507,6 +512,7 @@ async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
                 },
             ],
             prune_before: None,
+            ..HistoryWrite::default()
         };
         for _ in 0..2 {
             flush_with_history(&db.conn, &session, Utc::now(), &[], &write)
@@ -526,6 +532,7 @@ async fn a_flush_retried_after_its_commit_writes_each_transition_once() {
                 "down again",
             )],
             prune_before: None,
+            ..HistoryWrite::default()
         };
         flush_with_history(&db.conn, &session, Utc::now(), &[], &later)
             .await
@@ -637,6 +644,7 @@ async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
         let write = HistoryWrite {
             transitions: vec![went_down.clone(), other_host],
             prune_before: None,
+            ..HistoryWrite::default()
         };
         flush_with_history(&db.conn, &earlier, last_heartbeat, &[], &write)
             .await
@@ -650,6 +658,7 @@ async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
         let back_up = HistoryWrite {
             transitions: vec![transition("sched-1", Unhealthy, Healthy, this.started)],
             prune_before: None,
+            ..HistoryWrite::default()
         };
         flush_with_history(&db.conn, &this, Utc::now(), &[], &back_up)
             .await
@@ -751,6 +760,7 @@ async fn a_run_after_an_outage_of_overseer_records_the_gap() {
         to,
         reason: reason.map(str::to_owned),
         at,
+        cost: None,
     };
     use ExecutorHealthKind::{Healthy, Unknown};
     assert_eq!(

@@ -6,6 +6,7 @@ mod support;
 
 mod alarm;
 mod canary;
+mod cost;
 mod entry_cases;
 mod evidence;
 mod flush_statements;

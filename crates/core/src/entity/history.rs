@@ -31,6 +31,12 @@ pub struct Model {
     pub reason: Option<String>,
     /// When the new verdict was made.
     pub at: DateTimeUtc,
+    /// On a transition out of `unhealthy`: task instances of the executor
+    /// that ended `failed` during the span (migration
+    /// `m20261205_000001_history_cost`); null when not counted.
+    pub cost_failed: Option<i64>,
+    /// ...and those that went `up_for_retry`.
+    pub cost_up_for_retry: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -162,10 +162,21 @@ impl Aggregator {
         };
         let unwritten = self.unwritten.lock();
         let write = HistoryWrite {
-            transitions: unwritten.queued.iter().map(|(_, t)| t.clone()).collect(),
+            transitions: unwritten
+                .queued
+                .iter()
+                .map(|q| q.transition.clone())
+                .collect(),
+            costs: unwritten
+                .queued
+                .iter()
+                .enumerate()
+                .filter_map(|(position, q)| q.span.map(|span| (position, span)))
+                .collect(),
+            routes: Some(self.settings.routes.clone()),
             prune_before,
         };
-        (write, unwritten.queued.back().map(|(seq, _)| *seq))
+        (write, unwritten.queued.back().map(|q| q.seq))
     }
 
     /// The last write at shutdown: the verdicts and transitions not yet

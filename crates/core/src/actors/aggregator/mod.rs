@@ -99,6 +99,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::entity::job;
 use crate::history::HistorySettings;
+use crate::queued::Routes;
 use crate::report::{ExecutorHealthKind, HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
 use crate::storage::{self, ExecutorKey, Session};
@@ -114,8 +115,9 @@ pub use publish::{PUBLISH_DELAY, PUBLISH_SPACING};
 pub use read::{FULL_READ_EVERY, READ_LOOKBACK};
 pub use transitions::UnwrittenTransitions;
 
-/// How often the aggregator writes and reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How often the aggregator writes and reads, and what it needs to know of
+/// the executors' task instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggregatorSettings {
     /// How often verdicts and this session's heartbeats are written.
     pub heartbeat_interval: Duration,
@@ -125,6 +127,9 @@ pub struct AggregatorSettings {
     pub thresholds: Thresholds,
     /// How long transitions are kept, and how often old ones are pruned.
     pub history: HistorySettings,
+    /// Which executor runs each task instance: to count what an `unhealthy`
+    /// span cost ([`crate::cost`]).
+    pub routes: Arc<Routes>,
 }
 
 /// Where the aggregator is in its life.
@@ -249,7 +254,7 @@ impl Aggregator {
             .enumerate()
             .map(|(index, o)| (o.row.id, index))
             .collect();
-        let refresh = settings.refresh_interval;
+        let (refresh, heartbeat) = (settings.refresh_interval, settings.heartbeat_interval);
         Self {
             db,
             session,
@@ -262,7 +267,7 @@ impl Aggregator {
             most_recent: Default::default(),
             read_since: None,
             last_full_read: None,
-            writes: Attempts::new(settings.heartbeat_interval, MAX_RETRY_BACKOFF),
+            writes: Attempts::new(heartbeat, MAX_RETRY_BACKOFF),
             flush_waiter: None,
             reads: Attempts::new(refresh, read_backoff_ceiling(refresh)),
             history_read: HistoryRead::Idle,

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::cost::Span;
 use crate::history::{self, RowKey, Transition};
 use crate::report::ExecutorHealthKind;
 
@@ -26,10 +27,20 @@ pub struct UnwrittenTransitions(Mutex<TransitionQueue>);
 
 #[derive(Debug, Default)]
 pub(super) struct TransitionQueue {
-    /// Oldest first, each with its sequence number.
-    pub(super) queued: VecDeque<(u64, Transition)>,
+    /// Oldest first.
+    pub(super) queued: VecDeque<Queued>,
     /// The sequence number of the next transition queued.
     next: u64,
+}
+
+/// One transition waiting for the database.
+#[derive(Debug)]
+pub(super) struct Queued {
+    /// Its sequence number: the order it was queued in.
+    pub(super) seq: u64,
+    pub(super) transition: Transition,
+    /// The `unhealthy` span it ends, whose cost the flush counts first.
+    pub(super) span: Option<Span>,
 }
 
 impl UnwrittenTransitions {
@@ -37,7 +48,14 @@ impl UnwrittenTransitions {
     /// makes at its start, before any aggregator runs (the time no Overseer
     /// supervised its rows: [`history::unsupervised_since_earlier_runs`]).
     pub fn holding(transitions: impl IntoIterator<Item = Transition>) -> Self {
-        let queued: VecDeque<(u64, Transition)> = (0..).zip(transitions).collect();
+        let queued: VecDeque<Queued> = (0..)
+            .zip(transitions)
+            .map(|(seq, transition)| Queued {
+                seq,
+                transition,
+                span: None,
+            })
+            .collect();
         let next = queued.len() as u64;
         Self(Mutex::new(TransitionQueue { queued, next }))
     }
@@ -121,16 +139,26 @@ impl Aggregator {
             to: current,
             reason: health.reason().map(str::to_owned),
             at,
+            cost: None,
         };
+        // The end of an `unhealthy` span whose start is known: the flush
+        // counts what it cost.
+        let span = (known == ExecutorHealthKind::Unhealthy)
+            .then_some(own.since)
+            .flatten()
+            .map(|from| Span {
+                executor: index,
+                from,
+            });
         own.known = Some(current);
         own.previous = Some(known);
         own.since = Some(at);
-        self.queue(transition);
+        self.queue(transition, span);
     }
 
     /// Queues a transition for the next flush; past [`history::MAX_PENDING`]
     /// the oldest is dropped.
-    fn queue(&mut self, transition: Transition) {
+    fn queue(&mut self, transition: Transition, span: Option<Span>) {
         let mut unwritten = self.unwritten.lock();
         if unwritten.queued.len() >= history::MAX_PENDING {
             unwritten.queued.pop_front();
@@ -146,7 +174,11 @@ impl Aggregator {
             }
         }
         let seq = unwritten.next;
-        unwritten.queued.push_back((seq, transition));
+        unwritten.queued.push_back(Queued {
+            seq,
+            transition,
+            span,
+        });
         unwritten.next += 1;
         self.stats
             .transitions_recorded
@@ -161,7 +193,7 @@ impl Aggregator {
     pub(super) fn written_up_to(&mut self, last: Option<u64>, written: usize) {
         let mut unwritten = self.unwritten.lock();
         if let Some(last) = last {
-            unwritten.queued.retain(|(seq, _)| *seq > last);
+            unwritten.queued.retain(|queued| queued.seq > last);
         }
         let left = unwritten.queued.len();
         drop(unwritten);
@@ -181,8 +213,9 @@ impl Aggregator {
             latest.into_iter().map(|t| (t.key(), t)).collect();
         // Transitions an aggregator before this one queued and could not write
         // are later than any the table holds: the rows are in their states.
-        for (_, queued) in &self.unwritten.lock().queued {
-            latest.insert(queued.key(), queued.clone());
+        for queued in &self.unwritten.lock().queued {
+            let t = &queued.transition;
+            latest.insert(t.key(), t.clone());
         }
         self.others_since = self
             .others
