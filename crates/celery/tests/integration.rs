@@ -6,6 +6,9 @@ mod support;
 // Test certificates, also used by the root's TLS tests.
 #[path = "support/certs.rs"]
 mod certs;
+// A relay whose broker-to-client direction can be held (the flood test).
+#[path = "support/relay.rs"]
+mod relay;
 
 mod hostile_reasons;
 mod no_password_leaks;
