@@ -514,3 +514,51 @@ fn an_alert_firing_when_the_service_stops_is_resolved_by_the_next_run() {
     };
     assert_eq!((sent("firing"), sent("resolved")), (Some(0.0), Some(1.0)));
 }
+
+/// On an Airflow database, the resolved alert says what the outage cost: the
+/// executor's task instances that failed or went up for retry while its broker
+/// was down, as the history's transition out of `unhealthy` counts them.
+#[test]
+fn a_resolved_alert_says_what_the_outage_cost() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(db) = runtime.block_on(overseer_testkit::postgres()) else {
+        return;
+    };
+    let Some(mut broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    // Airflow's `task_instance`, the columns the count reads.
+    runtime.block_on(db.execute_script(
+        "CREATE TABLE task_instance (task_id VARCHAR(250) NOT NULL, dag_id VARCHAR(250) NOT NULL, \
+         run_id VARCHAR(250) NOT NULL, map_index INTEGER NOT NULL DEFAULT -1, state VARCHAR(20), \
+         queue VARCHAR(256), executor VARCHAR(1000), end_date TIMESTAMP WITH TIME ZONE, \
+         PRIMARY KEY (dag_id, task_id, run_id, map_index))",
+    ));
+    let receiver = Receiver::start();
+    let dir = workdir();
+    let alerts = format!(
+        "[database]\nurl = \"{}\"\n\n[[alerts]]\nurl = \"{}\"\nmin_duration = \"1s\"\n",
+        db.url,
+        receiver.url("/json"),
+    );
+    let serving = serve(dir.path(), &config(&broker, &alerts));
+
+    broker.kill();
+    receiver.wait_for("/json", 1, "the firing alert");
+    // The scheduler fails what it cannot send; one goes up for retry.
+    runtime.block_on(db.execute_script(
+        "INSERT INTO task_instance (task_id, dag_id, run_id, state, queue, executor, end_date) VALUES \
+         ('a', 'etl', 'r1', 'failed', 'default', NULL, now()), \
+         ('b', 'etl', 'r1', 'failed', 'default', 'CeleryExecutor', now()), \
+         ('c', 'etl', 'r1', 'up_for_retry', 'default', NULL, now())",
+    ));
+    broker.resume().unwrap();
+    let resolved = receiver.wait_for("/json", 2, "the resolved alert")[1].clone();
+    assert_eq!(resolved["status"], "resolved", "{resolved}");
+    assert_eq!(
+        resolved["cost"],
+        serde_json::json!({"failed": 2, "up_for_retry": 1}),
+        "{resolved}"
+    );
+    drop(serving);
+}

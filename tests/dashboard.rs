@@ -772,6 +772,9 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
     };
     let hours = chrono::Duration::hours;
     let minutes = chrono::Duration::minutes;
+    // The recovery says what the outage cost.
+    let mut recovered = change(broker, json!("unhealthy"), "healthy", Value::Null, hours(2));
+    recovered["cost"] = json!({"failed": 3, "up_for_retry": 1});
     let transitions = json!([
         change(
             broker,
@@ -788,7 +791,7 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
             json!("elsewhere"),
             minutes(30)
         ),
-        change(broker, json!("unhealthy"), "healthy", Value::Null, hours(2)),
+        recovered,
         change(
             broker,
             json!("healthy"),
@@ -841,6 +844,7 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
         "const segments = [...document.querySelectorAll('#card-executor .history .segment')]; \
          return { states: segments.map((s) => s.dataset.state), \
                   titles: segments.map((s) => s.title), \
+                  lost: segments.map((s) => s.dataset.lost ?? null), \
                   widths: segments.map((s) => Math.round(s.getBoundingClientRect().width)), \
                   asked: window.historyAsked, \
                   since: document.querySelector('#card-executor li .since').innerText, \
@@ -879,11 +883,15 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
             titles[2],
             "unhealthy",
             "60 min",
-            ": broker redis://broker:6379/0 refused the connection"
+            ": broker redis://broker:6379/0 refused the connection; \
+             meanwhile 3 task instances failed, 1 went up_for_retry"
         ),
         "{}",
         titles[2]
     );
+    // The span that cost task instances is marked; the one still going is not
+    // counted yet.
+    assert_eq!(seen["lost"], json!([null, null, "4", null, null]), "{seen}");
     assert!(
         shape(titles[3], "healthy", "1 h 50 min", ""),
         "{}",

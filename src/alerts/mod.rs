@@ -301,12 +301,17 @@ async fn left_behind(history: &HistoryReader, hostname: &str, target: &str) -> V
     }
 }
 
+/// How long a resolved alert waits for the history to hold the transition
+/// that ends its outage (the aggregator writes it at the first flush after
+/// the recovery, one `heartbeat_interval` at most, and counts its cost first,
+/// 2 s at most): only a `min_duration` shorter than that waits at all.
+pub const COST_WAIT: Duration = Duration::from_secs(10);
+
 /// What the outage a resolved alert ends cost, as the history's transitions
 /// out of `unhealthy` between its start and its end count it (more than one
 /// when the outage passed through `unknown`): `None` when the history has no
-/// count (the read failed, or the transition is not written yet: the
-/// aggregator writes it at the flush after the recovery, well within any
-/// `min_duration` but the shortest).
+/// count (the read failed, the cost could not be counted, or the transition
+/// was not written within [`COST_WAIT`]).
 async fn cost_of(history: &HistoryReader, alert: &Alert) -> Option<FaultCost> {
     let key = &alert.key;
     let filter = HistoryFilter {
@@ -315,28 +320,38 @@ async fn cost_of(history: &HistoryReader, alert: &Alert) -> Option<FaultCost> {
         since: Some(alert.unhealthy_since),
         limit: MAX_LIMIT,
     };
-    let transitions = match history.transitions(&filter).await {
-        Ok(transitions) => transitions,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot read what the outage cost: the resolved alert goes without it");
-            return None;
-        }
-    };
     // The database may round a time to its precision.
     let end = alert.since + chrono::Duration::seconds(1);
-    transitions
-        .into_iter()
-        .filter(|t| {
-            t.hostname == key.hostname
-                && t.instance.as_deref().unwrap_or_default() == key.instance
-                && t.from == ExecutorHealthKind::Unhealthy
-                && t.at <= end
-        })
-        .filter_map(|t| t.cost)
-        .reduce(|sum, cost| FaultCost {
-            failed: sum.failed + cost.failed,
-            up_for_retry: sum.up_for_retry + cost.up_for_retry,
-        })
+    let waited = tokio::time::Instant::now();
+    loop {
+        let transitions = match history.transitions(&filter).await {
+            Ok(transitions) => transitions,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read what the outage cost: the resolved alert goes without it");
+                return None;
+            }
+        };
+        let ends: Vec<_> = transitions
+            .into_iter()
+            .filter(|t| {
+                t.hostname == key.hostname
+                    && t.instance.as_deref().unwrap_or_default() == key.instance
+                    && t.from == ExecutorHealthKind::Unhealthy
+                    && t.at <= end
+            })
+            .collect();
+        let recovered = ends.iter().any(|t| t.to == alert.health);
+        if recovered || waited.elapsed() >= COST_WAIT {
+            return ends
+                .into_iter()
+                .filter_map(|t| t.cost)
+                .reduce(|sum, cost| FaultCost {
+                    failed: sum.failed + cost.failed,
+                    up_for_retry: sum.up_for_retry + cost.up_for_retry,
+                });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Sleeps until `deadline`, or forever without one.
