@@ -17,6 +17,7 @@
 
 pub use sea_orm_migration::prelude::*;
 
+mod columns;
 mod m20261129_000001_executor_health;
 mod m20261201_000001_executor_history;
 mod m20261205_000001_history_cost;

@@ -9,7 +9,7 @@
 //!   migration bookkeeping (a table copied from elsewhere, a half-run migration).
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+use sea_orm_migration::sea_orm::DbBackend;
 
 /// The table, and every column this migration names (`JobType` is the column `job_type`).
 #[derive(DeriveIden, Clone, Copy)]
@@ -81,30 +81,8 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let backend = manager.get_database_backend();
         for column in EXECUTOR_COLUMNS.into_iter().rev() {
-            if !manager.has_column("job", &column.to_string()).await? {
-                continue;
-            }
-            if backend == DbBackend::Sqlite {
-                // sea-query does not render DROP COLUMN for SQLite; SQLite has had it since 3.35.
-                manager
-                    .get_connection()
-                    .execute_unprepared(&format!(
-                        r#"ALTER TABLE "job" DROP COLUMN "{}""#,
-                        column.to_string()
-                    ))
-                    .await?;
-            } else {
-                manager
-                    .alter_table(
-                        Table::alter()
-                            .table(Job::Table)
-                            .drop_column(column)
-                            .to_owned(),
-                    )
-                    .await?;
-            }
+            crate::columns::drop_if_present(manager, "job", &column.to_string()).await?;
         }
         Ok(())
     }

@@ -8,7 +8,6 @@
 //! migrations are); `down` drops them, keeping the table and its rows.
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::DbBackend;
 
 /// The table, and the two columns.
 #[derive(DeriveIden, Clone, Copy)]
@@ -52,32 +51,8 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let backend = manager.get_database_backend();
         for column in COLUMNS.into_iter().rev() {
-            if !manager.has_table(TABLE).await?
-                || !manager.has_column(TABLE, &column.to_string()).await?
-            {
-                continue;
-            }
-            if backend == DbBackend::Sqlite {
-                // sea-query does not render DROP COLUMN for SQLite; SQLite has had it since 3.35.
-                manager
-                    .get_connection()
-                    .execute_unprepared(&format!(
-                        r#"ALTER TABLE "{TABLE}" DROP COLUMN "{}""#,
-                        column.to_string()
-                    ))
-                    .await?;
-            } else {
-                manager
-                    .alter_table(
-                        Table::alter()
-                            .table(History::Table)
-                            .drop_column(column)
-                            .to_owned(),
-                    )
-                    .await?;
-            }
+            crate::columns::drop_if_present(manager, TABLE, &column.to_string()).await?;
         }
         Ok(())
     }
