@@ -17,15 +17,11 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::evidence::Detailed;
 use super::polls::histogram_of;
-use super::{family, gauge};
+use super::{executor_labels, family, gauge};
 
 /// `executor`, `executor_instance` and `queue`.
 fn on_queue(executor: &str, instance: Option<&str>, queue: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("executor", executor.to_owned()),
-        ("executor_instance", instance.unwrap_or_default().to_owned()),
-        ("queue", queue.to_owned()),
-    ]
+    executor_labels(executor, instance, [("queue", queue.to_owned())])
 }
 
 /// The pickup histogram from this process's executor actors, and the gauges

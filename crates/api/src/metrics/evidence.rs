@@ -11,7 +11,7 @@ use overseer_core::detail::{
 use overseer_core::report::ExecutorInstance;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
-use super::{counter, family, gauge};
+use super::{counter, family, gauge, row_labels};
 
 /// The evidence beside this host's verdicts (see the module's table) comes
 /// from the rows that carry a [`Detail`].
@@ -30,11 +30,7 @@ pub(super) fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
         .iter()
         .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
         .filter_map(|(i, w)| {
-            let pairs = vec![
-                ("executor", i.executor.clone().unwrap_or_default()),
-                ("executor_instance", i.instance.clone().unwrap_or_default()),
-                ("worker", w.name.clone()),
-            ];
+            let pairs = row_labels(i, [("worker", w.name.clone())]);
             Some((pairs, w, w.heartbeat.as_ref()?))
         })
         .collect();
@@ -88,11 +84,7 @@ pub(super) fn worker_events(detailed: &[Detailed]) -> Vec<MetricFamily> {
         .iter()
         .flat_map(|(i, detail)| {
             detail.worker_events.iter().map(move |s| {
-                let pairs = vec![
-                    ("executor", i.executor.clone().unwrap_or_default()),
-                    ("executor_instance", i.instance.clone().unwrap_or_default()),
-                    ("broker", s.broker.clone()),
-                ];
+                let pairs = row_labels(i, [("broker", s.broker.clone())]);
                 (pairs, s)
             })
         })
@@ -140,12 +132,10 @@ pub(super) fn worker_events(detailed: &[Detailed]) -> Vec<MetricFamily> {
 /// Per queue on each broker: its depth and its consumers.
 pub(super) fn queues(detailed: &[Detailed]) -> Vec<MetricFamily> {
     let on_broker = |i: &ExecutorInstance, broker: &str, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("executor_instance", i.instance.clone().unwrap_or_default()),
-            ("broker", broker.to_owned()),
-            ("queue", queue.to_owned()),
-        ]
+        row_labels(
+            i,
+            [("broker", broker.to_owned()), ("queue", queue.to_owned())],
+        )
     };
     let queue_gauge = |value: fn(&QueueDetail) -> Option<f64>| {
         detailed
@@ -177,13 +167,7 @@ pub(super) fn queues(detailed: &[Detailed]) -> Vec<MetricFamily> {
 /// Per queue: each queue with task instances queued, and each configured
 /// queue with none (known to be empty, so 0 rather than no sample).
 pub(super) fn queued_tasks(detailed: &[Detailed]) -> Vec<MetricFamily> {
-    let on_queue = |i: &ExecutorInstance, queue: &str| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("executor_instance", i.instance.clone().unwrap_or_default()),
-            ("queue", queue.to_owned()),
-        ]
-    };
+    let on_queue = |i: &ExecutorInstance, queue: &str| row_labels(i, [("queue", queue.to_owned())]);
     let queued: Vec<(&ExecutorInstance, &str, Option<&QueuedOnQueue>)> = detailed
         .iter()
         .filter_map(|(i, detail)| Some((*i, *detail, detail.queued_tasks.as_ref()?)))
@@ -234,10 +218,7 @@ pub(super) fn capacity(detailed: &[Detailed]) -> Vec<MetricFamily> {
             .iter()
             .filter_map(|(i, detail)| {
                 let capacity = detail.capacity.as_ref()?;
-                let pairs = vec![
-                    ("executor", i.executor.clone().unwrap_or_default()),
-                    ("executor_instance", i.instance.clone().unwrap_or_default()),
-                ];
+                let pairs = row_labels(i, []);
                 Some(gauge(pairs, value(capacity) as f64))
             })
             .collect()

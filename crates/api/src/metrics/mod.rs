@@ -164,14 +164,37 @@ impl Metrics {
     }
 }
 
+/// The labels that name an executor instance on every per-executor series,
+/// `executor` and `executor_instance` (empty when it has none), then `more`:
+/// one pair, spelled once.
+pub(super) fn executor_labels<const N: usize>(
+    executor: &str,
+    instance: Option<&str>,
+    more: [(&'static str, String); N],
+) -> Vec<(&'static str, String)> {
+    let mut labels = Vec::with_capacity(2 + N);
+    labels.push(("executor", executor.to_owned()));
+    labels.push(("executor_instance", instance.unwrap_or_default().to_owned()));
+    labels.extend(more);
+    labels
+}
+
+/// [`executor_labels`] of an executor row of the report.
+pub(super) fn row_labels<const N: usize>(
+    row: &ExecutorInstance,
+    more: [(&'static str, String); N],
+) -> Vec<(&'static str, String)> {
+    executor_labels(
+        row.executor.as_deref().unwrap_or_default(),
+        row.instance.as_deref(),
+        more,
+    )
+}
+
 /// Every live executor row's verdict, and its age.
 fn verdicts(rows: &[&ExecutorInstance], now: DateTime<Utc>) -> Vec<MetricFamily> {
-    let row_labels = |i: &ExecutorInstance| {
-        vec![
-            ("executor", i.executor.clone().unwrap_or_default()),
-            ("executor_instance", i.instance.clone().unwrap_or_default()),
-            ("hostname", i.hostname.clone().unwrap_or_default()),
-        ]
+    let with_host = |i: &ExecutorInstance| {
+        row_labels(i, [("hostname", i.hostname.clone().unwrap_or_default())])
     };
     vec![
         family(
@@ -185,7 +208,7 @@ fn verdicts(rows: &[&ExecutorInstance], now: DateTime<Utc>) -> Vec<MetricFamily>
                         ExecutorHealth::Unhealthy { .. } => 0.0,
                         ExecutorHealth::Unknown { .. } => -1.0,
                     };
-                    gauge(row_labels(i), value)
+                    gauge(with_host(i), value)
                 })
                 .collect(),
         ),
@@ -197,7 +220,7 @@ fn verdicts(rows: &[&ExecutorInstance], now: DateTime<Utc>) -> Vec<MetricFamily>
                 .filter_map(|i| {
                     let checked = i.checked_at?;
                     Some(gauge(
-                        row_labels(i),
+                        with_host(i),
                         (now - checked).as_seconds_f64().max(0.0),
                     ))
                 })

@@ -8,7 +8,7 @@ use overseer_core::overseer::ExecutorIdentity;
 use overseer_core::stats::{ExecutorStats, POLL_BUCKETS_SECONDS};
 use prometheus::proto::{self, MetricFamily, MetricType};
 
-use super::{counter, family, gauge, labels};
+use super::{counter, executor_labels, family, gauge, labels};
 
 /// Picks one counter out of an executor's stats.
 type CounterField = fn(&ExecutorStats) -> &AtomicU64;
@@ -17,13 +17,7 @@ type CounterField = fn(&ExecutorStats) -> &AtomicU64;
 /// how long their polls took.
 pub(super) fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) -> Vec<MetricFamily> {
     let local = |identity: &ExecutorIdentity| {
-        vec![
-            ("executor", identity.executor_class.clone()),
-            (
-                "executor_instance",
-                identity.instance.clone().unwrap_or_default(),
-            ),
-        ]
+        executor_labels(&identity.executor_class, identity.instance.as_deref(), [])
     };
     let counters: [(&str, &str, CounterField); 7] = [
         ("overseer_polls_total", "Health checks asked for.", |s| {
