@@ -44,9 +44,10 @@ pub struct HistoryWrite {
 
 impl HistoryWrite {
     /// The transitions with what each `unhealthy` span they end cost, counted
-    /// now ([`cost::read`], each bounded by [`cost::READ_TIMEOUT`]) unless
-    /// counted already; a count that fails leaves the cost `null`, and the
-    /// transition is written all the same.
+    /// now ([`cost::read`], each bounded by [`cost::READ_TIMEOUT`]); a count
+    /// that fails leaves the cost `null`, and the transition is written all
+    /// the same. A flush that fails counts again at the next attempt (the
+    /// database that failed it may have failed the count too).
     async fn counted(&self, db: &impl ConnectionTrait) -> Vec<Transition> {
         let mut transitions = self.transitions.clone();
         let Some(routes) = &self.routes else {
@@ -56,9 +57,6 @@ impl HistoryWrite {
             let Some(t) = transitions.get_mut(*position) else {
                 continue;
             };
-            if t.cost.is_some() {
-                continue;
-            }
             match tokio::time::timeout(cost::READ_TIMEOUT, cost::read(db, routes, *span, t.at))
                 .await
             {
