@@ -1,5 +1,5 @@
 """The home page card's React app and the app serving its bundle
-(:mod:`overseer_airflow.card`). The bundle is built by npm when the package is
+(:mod:`overseer_airflow.card`; its canary route: ``test_canary_facts.py``). The bundle is built by npm when the package is
 built; from a source folder where it was never built (``PYTHONPATH=src``), the
 tests that serve it are skipped, saying so. Starlette's test client needs httpx
 (Airflow's environment has both). Overseer's ``tests/airflow_home_card.rs``
@@ -7,18 +7,19 @@ shows the card in a real Airflow's home page."""
 
 from __future__ import annotations
 
+import importlib.util
 import unittest
 
 from overseer_airflow import __version__, card
 
 try:
-    from starlette.applications import Starlette
-    from starlette.routing import Mount
-    from starlette.testclient import TestClient
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
 except ImportError:  # pragma: no cover - outside Airflow's environment
-    Starlette = None  # type: ignore[assignment,misc]
+    FastAPI = None  # type: ignore[assignment,misc]
 
 BUILT = card.bundle_path().is_file()
+HAS_AIRFLOW = importlib.util.find_spec("airflow") is not None
 
 
 class ReactApp(unittest.TestCase):
@@ -42,13 +43,19 @@ class ReactApp(unittest.TestCase):
 
 
 @unittest.skipUnless(BUILT, "the card's bundle is not built here: `npm ci && npm run build`")
-@unittest.skipIf(Starlette is None, "needs Starlette and httpx (Airflow's environment)")
+@unittest.skipIf(FastAPI is None, "needs FastAPI and httpx (Airflow's environment)")
 class Bundle(unittest.TestCase):
-    def client(self, root_path: str = "") -> TestClient:
+    def client(self) -> TestClient:
+        # Mounted as Airflow mounts it; the canary's check is Airflow's (below).
+        root = FastAPI()
+        root.mount(card.URL_PREFIX, card.card_app(read=list, access=lambda: None))
+        return TestClient(root)
+
+    @unittest.skipUnless(HAS_AIRFLOW, "needs Airflow (the canary route's check is Airflow's)")
+    def test_airflow_mounts_the_app_under_the_prefix(self) -> None:
         part = card.fastapi_app()
-        self.assertEqual(part["url_prefix"], "/overseer-card")
-        root = Starlette(routes=[Mount(part["url_prefix"], app=part["app"])])
-        return TestClient(root, root_path=root_path)
+        self.assertEqual((part["name"], part["url_prefix"]), ("overseer_card", "/overseer-card"))
+        self.assertIsInstance(part["app"], FastAPI)
 
     def test_the_bundle_is_served_as_javascript_that_sets_airflows_global(self) -> None:
         answer = self.client().get("/overseer-card/overseer-card.js", params={"v": __version__})

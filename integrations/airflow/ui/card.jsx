@@ -2,7 +2,10 @@
 // how long it has held, read from Airflow's own `/api/v2/monitor/health` (the
 // `executor` entry the plugin's middleware adds) every REFRESH_MS while the
 // page is open. How long a health has held is remembered across reads (see
-// `track` and `held` in rules.js: the entry itself cannot say).
+// `track` and `held` in rules.js: the entry itself cannot say). Beside it, at
+// each refresh, the canary's latest facts per queue from the plugin's own
+// route (`overseer-card/canary`): facts only, Overseer's verdict on them is in
+// the entry's reasons.
 //
 // Airflow 3.3's UI loads the bundle with a dynamic `import()` and takes the
 // component from `globalThis[<react app's name>]`, else `globalThis.AirflowPlugin`
@@ -12,7 +15,18 @@
 
 import { useEffect, useRef, useState } from "react";
 
-import { colour, healthUrl, held, READ_TIMEOUT_MS, REFRESH_MS, timestamp, track, view } from "./rules.js";
+import {
+  canaryUrl,
+  canaryView,
+  colour,
+  healthUrl,
+  held,
+  READ_TIMEOUT_MS,
+  REFRESH_MS,
+  timestamp,
+  track,
+  view,
+} from "./rules.js";
 
 const styles = {
   card: {
@@ -37,6 +51,14 @@ const styles = {
   where: { opacity: 0.8, overflowWrap: "anywhere" },
   reason: { gridColumn: "2 / 4", overflowWrap: "anywhere" },
   right: { textAlign: "right", whiteSpace: "nowrap" },
+  subtitle: { fontSize: "14px", fontWeight: 600, margin: "10px 0 0" },
+  canaryRow: {
+    display: "grid",
+    gridTemplateColumns: "minmax(0, 1fr) auto",
+    columnGap: "8px",
+    padding: "4px 0",
+    borderTop: "1px solid var(--chakra-colors-border-muted, rgba(127, 127, 127, 0.2))",
+  },
 };
 
 function Dot({ health }) {
@@ -114,21 +136,78 @@ function Instance({ instance: i, age }) {
   );
 }
 
-/** One read of the endpoint: its JSON body, or an error saying why not. */
-async function readHealth(signal) {
-  const response = await fetch(healthUrl(document.baseURI), {
+/** One queue's canary: its name, its latest state, and the facts known. */
+function CanaryQueue({ queue: q }) {
+  return (
+    <li data-testid="overseer-canary-queue" data-queue={q.queue} data-state={q.state} style={styles.canaryRow}>
+      <div>
+        <span style={styles.name}>{q.queue}</span>{" "}
+        <span style={styles.where}>
+          {q.facts.map((f) => (
+            <span key={f.id} data-testid={`overseer-canary-${f.id}`} title={f.title}>
+              {" · "}
+              {f.text}
+            </span>
+          ))}
+        </span>
+      </div>
+      <div style={styles.right}>{q.state}</div>
+    </li>
+  );
+}
+
+/** The canary's queues, or nothing when it has none (not installed). */
+function Canary({ read }) {
+  const queues = read.body ? canaryView(read.body) : [];
+  if (queues.length === 0 && !read.error) return null;
+  return (
+    <div data-testid="overseer-canary">
+      <h3 style={styles.subtitle}>
+        Canary <span style={styles.quiet}>{read.body?.dag_id ?? "overseer_canary"}, per queue</span>
+      </h3>
+      {read.error ? (
+        <div data-testid="overseer-canary-error" style={styles.quiet}>
+          Could not read the canary: {read.error}
+          {queues.length ? " (showing the last answer)" : ""}
+        </div>
+      ) : null}
+      {queues.length ? (
+        <ul style={styles.list}>
+          {queues.map((q) => (
+            <CanaryQueue key={q.key} queue={q} />
+          ))}
+        </ul>
+      ) : null}
+    </div>
+  );
+}
+
+/** One read of `url` on the page's origin: its JSON body, or an error saying
+ * why not (with the route's own `detail`, when it gives one). */
+async function readJson(url, signal) {
+  const response = await fetch(url, {
     headers: { Accept: "application/json" },
     cache: "no-store",
     credentials: "same-origin",
     signal,
   });
-  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  if (!response.ok) {
+    const detail = await response.json().then((b) => b?.detail, () => null);
+    throw new Error(typeof detail === "string" ? `HTTP ${response.status}: ${detail}` : `HTTP ${response.status}`);
+  }
   return response.json();
+}
+
+/** Why a read failed, in words. */
+function why(e) {
+  return e?.name === "AbortError" ? `no answer within ${READ_TIMEOUT_MS / 1000} s` : String(e?.message ?? e);
 }
 
 export default function ExecutorHealthCard() {
   // The last body read, when, and the last read's error (null when it worked).
   const [read, setRead] = useState({ body: null, at: null, error: null });
+  // The same of the canary's route.
+  const [canary, setCanary] = useState({ body: null, error: null });
   const [now, setNow] = useState(() => Date.now());
   // At most one read in flight: a slow endpoint is not asked again meanwhile.
   const inFlight = useRef(false);
@@ -144,13 +223,22 @@ export default function ExecutorHealthCard() {
       controller = new AbortController();
       const timeout = setTimeout(() => controller.abort(), READ_TIMEOUT_MS);
       try {
-        const body = await readHealth(controller.signal);
-        const at = Date.now();
-        memory.current = track(memory.current, view(body).instances, at);
-        if (!stopped) setRead({ body, at, error: null });
-      } catch (e) {
-        const why = e?.name === "AbortError" ? `no answer within ${READ_TIMEOUT_MS / 1000} s` : String(e?.message ?? e);
-        if (!stopped) setRead((last) => ({ ...last, error: why }));
+        // Both at once; each kept, or its error said, on its own.
+        const [health, facts] = await Promise.allSettled([
+          readJson(healthUrl(document.baseURI), controller.signal),
+          readJson(canaryUrl(document.baseURI), controller.signal),
+        ]);
+        if (health.status === "fulfilled") {
+          const body = health.value;
+          const at = Date.now();
+          memory.current = track(memory.current, view(body).instances, at);
+          if (!stopped) setRead({ body, at, error: null });
+        } else if (!stopped) {
+          setRead((last) => ({ ...last, error: why(health.reason) }));
+        }
+        if (stopped) return;
+        if (facts.status === "fulfilled") setCanary({ body: facts.value, error: null });
+        else setCanary((last) => ({ ...last, error: why(facts.reason) }));
       } finally {
         clearTimeout(timeout);
         inFlight.current = false;
@@ -198,6 +286,7 @@ export default function ExecutorHealthCard() {
           ))}
         </ul>
       ) : null}
+      <Canary read={canary} />
     </section>
   );
 }

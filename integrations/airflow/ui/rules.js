@@ -196,3 +196,58 @@ export function view(body) {
     instances,
   };
 }
+
+/** The canary's facts, below the UI's base: the plugin's own route. */
+export const CANARY_PATH = "overseer-card/canary";
+
+/** The canary route's URL for a page whose base is `baseURI` (as `healthUrl`). */
+export function canaryUrl(baseURI) {
+  return new URL(CANARY_PATH, baseURI).href;
+}
+
+/** A pickup latency in words: `840 ms`, `1.3 s`, `12 s`, `2 min`. */
+export function latency(seconds) {
+  if (!Number.isFinite(seconds)) return null;
+  const s = Math.max(0, seconds);
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  return duration(s * 1000);
+}
+
+/**
+ * What the card shows of the canary route's body (`canary_facts.py`): one
+ * line per queue, its latest canary's state and the facts that are known, as
+ * text (`id` names each for the page): a canary waiting in queued and for how
+ * long, the pickup latency of the latest canary a worker started, when the
+ * latest success ended (its age at the read, by the server's clock, as the
+ * wait is). No verdict: Overseer's reaches the card through the entry's reasons.
+ * No queue (the canary not installed, or never run): an empty list.
+ */
+export function canaryView(body) {
+  const queues = Array.isArray(body?.queues) ? body.queues : [];
+  const readAt = Date.parse(body?.read_at ?? "");
+  const runs = Number.isInteger(body?.runs_read) ? body.runs_read : null;
+  return queues.map((q) => {
+    const facts = [];
+    if (Number.isFinite(q.waiting_seconds)) {
+      facts.push({ id: "waiting", text: `waiting in queued for ${duration(q.waiting_seconds * 1000)}` });
+    }
+    const pickup = latency(q.pickup_seconds);
+    if (pickup) {
+      const at = Date.parse(q.picked_up_at ?? "");
+      facts.push({
+        id: "pickup",
+        text: `picked up in ${pickup}`,
+        title: Number.isFinite(at) ? `from queued to started, started ${timestamp(at)}` : "from queued to started",
+      });
+    }
+    const success = Date.parse(q.last_success ?? "");
+    if (Number.isFinite(success)) {
+      const ago = Number.isFinite(readAt) ? `, ${duration(readAt - success)} ago` : "";
+      facts.push({ id: "success", text: `last success ${timestamp(success)}${ago}` });
+    } else {
+      facts.push({ id: "success", text: runs ? `no success in its latest ${runs} runs` : "no success read" });
+    }
+    return { key: q.queue ?? "", queue: q.queue ?? "", state: q.state ?? "no state yet", facts };
+  });
+}

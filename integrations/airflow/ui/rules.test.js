@@ -3,11 +3,14 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
+  canaryUrl,
+  canaryView,
   colour,
   COLOURS,
   duration,
   healthUrl,
   held,
+  latency,
   redact,
   timestamp,
   track,
@@ -194,4 +197,60 @@ test("the reason without its instance, which the line above names", () => {
   assert.equal(withoutInstance("not checked yet", ""), "not checked yet");
   assert.equal(withoutInstance("", broker), "");
   assert.equal(withoutInstance(null, broker), null);
+});
+
+test("the canary route under the UI's base", () => {
+  assert.equal(canaryUrl("https://example.com/airflow/"), "https://example.com/airflow/overseer-card/canary");
+});
+
+test("pickup latencies in words", () => {
+  const table = [
+    [0, "0 ms"],
+    [0.84, "840 ms"],
+    [1.25, "1.3 s"],
+    [9.94, "9.9 s"],
+    [12.5, "12 s"],
+    [150, "2 min"],
+    [-1, "0 ms"],
+  ];
+  for (const [s, text] of table) assert.equal(latency(s), text, `${s} s`);
+  assert.equal(latency(null), null);
+});
+
+test("the canary per queue: its state, a wait, the pickup and the last success, facts only", () => {
+  const body = {
+    dag_id: "overseer_canary",
+    runs_read: 3,
+    read_at: "2026-12-02T10:10:40+00:00",
+    queues: [
+      {
+        queue: "default",
+        state: "queued",
+        pickup_seconds: 1.25,
+        picked_up_at: "2026-12-02T10:05:01.25+00:00",
+        last_success: "2026-12-02T10:05:02.5+00:00",
+        waiting_since: "2026-12-02T10:10:00+00:00",
+        waiting_seconds: 40,
+      },
+      { queue: "gpu", state: null, pickup_seconds: null, last_success: null, waiting_seconds: null },
+    ],
+  };
+  const [main, gpu] = canaryView(body);
+  assert.equal(main.queue, "default");
+  assert.equal(main.state, "queued");
+  assert.deepEqual(
+    main.facts.map((f) => [f.id, f.text]),
+    [
+      ["waiting", "waiting in queued for 40 s"],
+      ["pickup", "picked up in 1.3 s"],
+      ["success", `last success ${timestamp(Date.parse("2026-12-02T10:05:02.5+00:00"))}, 5 min ago`],
+    ],
+  );
+  assert.match(main.facts[1].title, /^from queued to started, started \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+  assert.equal(gpu.state, "no state yet");
+  assert.deepEqual(gpu.facts.map((f) => f.text), ["no success in its latest 3 runs"]);
+});
+
+test("no canary, nothing to show", () => {
+  for (const body of [{ queues: [] }, {}, null, { queues: "x" }]) assert.deepEqual(canaryView(body), []);
 });

@@ -8,7 +8,10 @@ a card on Airflow's home page, and Overseer's dashboard in Airflow 3's navigatio
 - :mod:`overseer_airflow.read`: the one read of the ``job`` table per request,
   on a connection held for it.
 - :mod:`overseer_airflow.card`: the home page card (a React app, its bundle
-  built from ``ui/`` by npm into ``static/``) and the app that serves it.
+  built from ``ui/`` by npm into ``static/``) and the app that serves it and
+  the canary's facts.
+- :mod:`overseer_airflow.canary`: the canary DAG; :mod:`overseer_airflow.canary_facts`:
+  its latest facts per queue, read from ``task_instance`` for the card.
 - :mod:`overseer_airflow.entry`: the entry's rules, Overseer's, as pure functions.
 - :mod:`overseer_airflow.view`: the navigation entry built from ``[overseer] url``.
 """

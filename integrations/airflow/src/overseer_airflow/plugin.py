@@ -5,9 +5,10 @@
   table on a connection of its own made from Airflow's engine
   (:mod:`overseer_airflow.read`): always there, whatever the configuration.
 - A card on Airflow's home page (a React app, ``destination: "dashboard"``)
-  shows each executor instance's health from that entry; the plugin serves its
-  bundle (a ``fastapi_apps`` entry). A package built without the bundle leaves
-  the card out, with a warning (see :mod:`overseer_airflow.card`).
+  shows each executor instance's health from that entry, and the canary's
+  latest facts per queue; the plugin serves its bundle and those facts (a
+  ``fastapi_apps`` entry). A package built without the bundle leaves the card
+  out, with a warning (see :mod:`overseer_airflow.card`).
 - An external view, "Executor health" under Browse, shows Overseer's dashboard
   (``[overseer] url``) inside Airflow's UI; without a usable URL it is left out
   with a warning saying why (see :mod:`overseer_airflow.view`).
@@ -91,7 +92,8 @@ class OverseerPlugin(AirflowPlugin):
             "kwargs": {},
         }
     ]
-    #: The card's bundle, served by the plugin; the card on the home page.
+    #: The card's bundle and the canary's facts, served by the plugin; the card
+    #: on the home page.
     fastapi_apps = UiPart()
     react_apps = UiPart()
     #: The dashboard in the navigation, from ``[overseer] url``.
