@@ -7,7 +7,8 @@
 //! 1. Airflow runs under an `[api] base_url` prefix (`/airflow/`): the UI's
 //!    `<base href>` carries it, and so must the card's reads and its bundle's URL.
 //!    `/api/v2/plugins` lists the card (`destination: "dashboard"`) and the app
-//!    serving its bundle, beside the root middleware and the navigation entry.
+//!    serving its bundle and the canary's facts, beside the root middleware and
+//!    the navigation entry.
 //! 2. Overseer (`sched-a`) supervises three Celery executors: `CeleryExecutor`
 //!    on a throwaway Redis with a password (the broker the test kills),
 //!    `reporting:CeleryExecutor` on a second throwaway Redis (stays healthy) and
@@ -26,6 +27,14 @@
 //!    into `target/artifacts/`; `just screenshot` (`OVERSEER_UPDATE_SCREENSHOT=1`)
 //!    also rewrites `docs/airflow-home-card.png`, which the README shows.
 //! 5. The broker started again on the same port: the row turns green again.
+//!
+//! The canary (issue 36, item 1), from step 3 on: two runs of the plugin's
+//! canary DAG written into Airflow's `dag_run` and `task_instance` tables (no
+//! scheduler or worker runs here), on queues `default` (both picked up and
+//! succeeded, the latest in 2.5 s) and `gpu` (picked up in 250 ms, then a
+//! canary waiting in `queued`). The card shows per queue the latest canary's
+//! state, its pickup latency and last success, and the wait, read from the
+//! plugin's `overseer-card/canary` under the prefix, on the page's origin.
 //!
 //! Waits are loops with generous deadlines (the card reads every 5 s; Overseer
 //! polls every second); nothing about speed is asserted. Needs the Airflow venv,
@@ -73,6 +82,40 @@ if (!found) return [false, text];
 const [, y, mo, d, h, mi, s] = found.map(Number);
 const at = new Date(y, mo - 1, d, h, mi, s).getTime();
 return [Math.abs(Date.now() - at) < 60000, found[0]];"#;
+
+/// The card's canary rows: `queue -> [state, text, pickup]`.
+const CANARY: &str = "\
+const rows = {};
+for (const row of document.querySelectorAll('[data-testid=\"overseer-canary-queue\"]')) {
+  const pickup = row.querySelector('[data-testid=\"overseer-canary-pickup\"]');
+  rows[row.dataset.queue] = [row.dataset.state, row.innerText, pickup ? pickup.innerText : ''];
+}
+return rows;";
+
+/// Two scheduled runs of the canary, as Airflow's scheduler and workers leave
+/// them: on `default` both succeeded (picked up in 1.5 s, then 2.5 s); on
+/// `gpu` one picked up in 250 ms, then one waiting in `queued` for 40 s. No
+/// `dag` row: Overseer judges a canary only once Airflow has stored its DAG,
+/// so these rows move none of the test's verdicts (the card shows them all the
+/// same); the waiting one names the unchecked executor, whose queued-work
+/// rules are off, so that its growing wait does not either.
+const CANARY_ROWS: &str = "\
+INSERT INTO dag_run (dag_id, run_id, run_type, run_after, logical_date, state, clear_number) VALUES
+ ('overseer_canary', 'scheduled__card_1', 'scheduled', now() - interval '10 minutes', now() - interval '10 minutes', 'success', 0),
+ ('overseer_canary', 'scheduled__card_2', 'scheduled', now() - interval '5 minutes', now() - interval '5 minutes', 'running', 0);
+INSERT INTO task_instance (id, task_id, dag_id, run_id, map_index, try_number, max_tries, pool, pool_slots,
+                           queue, executor, state, queued_dttm, start_date, end_date) VALUES
+ (gen_random_uuid(), 'canary_default', 'overseer_canary', 'scheduled__card_1', -1, 1, 0, 'default_pool', 1,
+  'default', NULL, 'success', now() - interval '10 minutes',
+  now() - interval '10 minutes' + interval '1.5 seconds', now() - interval '10 minutes' + interval '2 seconds'),
+ (gen_random_uuid(), 'canary_gpu', 'overseer_canary', 'scheduled__card_1', -1, 1, 0, 'default_pool', 1,
+  'gpu', NULL, 'success', now() - interval '10 minutes',
+  now() - interval '10 minutes' + interval '0.25 seconds', now() - interval '10 minutes' + interval '1 second'),
+ (gen_random_uuid(), 'canary_default', 'overseer_canary', 'scheduled__card_2', -1, 1, 0, 'default_pool', 1,
+  'default', NULL, 'success', now() - interval '5 minutes',
+  now() - interval '5 minutes' + interval '2.5 seconds', now() - interval '5 minutes' + interval '3 seconds'),
+ (gen_random_uuid(), 'canary_gpu', 'overseer_canary', 'scheduled__card_2', -1, 0, 0, 'default_pool', 1,
+  'gpu', 'unchecked', 'queued', now() - interval '40 seconds', NULL, NULL);";
 
 /// How long the killed broker's executor has held its health, as its row says.
 const HELD: &str = "return document.querySelector('[data-testid=\"overseer-executor-instance\"][data-executor=\"CeleryExecutor\"] [data-testid=\"overseer-executor-held\"]')?.innerText ?? '';";
@@ -132,7 +175,7 @@ async fn the_home_page_card_follows_the_broker() {
     assert_eq!(card["destination"], "dashboard", "{plugin}");
     assert_eq!(
         plugin["fastapi_apps"],
-        json!([{"name": "overseer_card_bundle", "app": "starlette.applications.Starlette", "url_prefix": "/overseer-card"}]),
+        json!([{"name": "overseer_card", "app": "fastapi.applications.FastAPI", "url_prefix": "/overseer-card"}]),
         "{plugin}"
     );
     assert_eq!(
@@ -156,6 +199,13 @@ async fn the_home_page_card_follows_the_broker() {
             && health_of(e, "reporting:CeleryExecutor") == Some("healthy")
             && health_of(e, "unchecked:CeleryExecutor") == Some("unknown")
     });
+
+    // The canary's runs, for the card to show from its first read.
+    db.execute_script(CANARY_ROWS).await;
+    let canary_url = format!("{base}overseer-card/canary");
+    let (status, facts) = get(&canary_url);
+    assert_eq!(status, 200, "GET {canary_url}: {facts}");
+    eprintln!("airflow home card: the canary's facts: {facts}");
 
     // 3. The home page, and the card on it.
     // Room for the card and Airflow's own sections down to Health, for the screenshot.
@@ -188,10 +238,26 @@ async fn the_home_page_card_follows_the_broker() {
     // `YYYY-MM-DD HH:mm:ss`, local time), not the browser's `6:03:53 AM`.
     let read = driver.eval(READ);
     assert_eq!(read[0], json!(true), "the card's read time: {read}");
-    // Same origin, under the prefix: the bundle and the reads of the endpoint.
+    // The canary per queue: the latest state, the pickup latency of the
+    // latest canary a worker started, the last success, a canary waiting.
+    let canary = canary_until(&driver, "the card: the canary on default and gpu", |c| {
+        c["default"][0] == "success" && c["gpu"][0] == "queued"
+    });
+    let (default, gpu) = (&canary["default"], &canary["gpu"]);
+    assert_eq!(default[2], "picked up in 2.5 s", "{canary}");
+    assert!(text(default).contains("last success "), "{canary}");
+    assert_eq!(gpu[2], "picked up in 250 ms", "{canary}");
+    assert!(text(gpu).contains("waiting in queued for "), "{canary}");
+    assert!(text(gpu).contains("last success "), "{canary}");
+    // Same origin, under the prefix: the bundle and the reads of the endpoint
+    // and of the canary's facts.
     let fetched = driver
         .eval("return performance.getEntriesByType('resource').map(e => e.name.split('?')[0]);");
-    for url in [health_url.as_str(), bundle_url.split('?').next().unwrap()] {
+    for url in [
+        health_url.as_str(),
+        canary_url.as_str(),
+        bundle_url.split('?').next().unwrap(),
+    ] {
         assert!(
             fetched
                 .as_array()
@@ -326,6 +392,27 @@ fn wait_for_entry(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value
 /// The `health` of `executor`'s row in what [`ROWS`] read.
 fn row_health<'c>(card: &'c Value, executor: &str) -> Option<&'c str> {
     card["rows"][executor][0].as_str()
+}
+
+/// A canary row's text, as [`CANARY`] read it.
+fn text(row: &Value) -> &str {
+    row[1].as_str().unwrap_or_default()
+}
+
+/// Reads the card's canary rows (see [`CANARY`]) until `done` holds.
+fn canary_until(driver: &Driver, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + CARD_DEADLINE;
+    loop {
+        let rows = driver.eval(CANARY);
+        if done(&rows) {
+            return rows;
+        }
+        if Instant::now() > until {
+            let page = driver.eval("return [location.href, document.body.innerText];");
+            panic!("{what}: not within {CARD_DEADLINE:?}; the rows: {rows}; the page: {page}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Reads the card (see [`ROWS`]) until `done` holds; returns what was read.

@@ -13,7 +13,7 @@
 // globals `React` and `ReactJSXRuntime` that the bundle's imports are mapped to.
 // So the card renders with Airflow's React, inside Airflow's tree.
 
-import { useEffect, useRef, useState } from "react";
+import { Fragment, useEffect, useRef, useState } from "react";
 
 import {
   canaryUrl,
@@ -144,10 +144,12 @@ function CanaryQueue({ queue: q }) {
         <span style={styles.name}>{q.queue}</span>{" "}
         <span style={styles.where}>
           {q.facts.map((f) => (
-            <span key={f.id} data-testid={`overseer-canary-${f.id}`} title={f.title}>
+            <Fragment key={f.id}>
               {" · "}
-              {f.text}
-            </span>
+              <span data-testid={`overseer-canary-${f.id}`} title={f.title}>
+                {f.text}
+              </span>
+            </Fragment>
           ))}
         </span>
       </div>
