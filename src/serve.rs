@@ -217,6 +217,7 @@ fn check(
                 worker_ping: config.worker_ping,
                 worker_events: config.worker_events,
                 min_workers: config.min_workers,
+                worker_concurrency: Some(config.worker_concurrency),
                 poll_timeout,
                 broker_use_ssl: config.broker_use_ssl(),
                 result_backend: result_backend(config),

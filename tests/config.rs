@@ -127,7 +127,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[[executors]]\nname = \"CeleryExecutor\"\nbroker = \"redis://localhost:6379/0\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, result_backend, queues, worker_ping, worker_events, min_workers, max_queued_age, canary_max_pickup, parallelism, max_at_capacity, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
+            line: "error: invalid configuration: executors[0].broker (from overseer.toml): unknown key (expected one of: name, broker_url, result_backend, queues, worker_ping, worker_events, min_workers, worker_concurrency, max_queued_age, canary_max_pickup, parallelism, max_at_capacity, ssl_active, ssl_key, ssl_cert, ssl_cacert, check_command, check_url, check_cacert)",
         },
         Case {
             what: "unsupported database, password not shown",
@@ -706,6 +706,48 @@ fn airflow_environment_alone_configures_celery_with_airflows_defaults() {
     );
 }
 
+/// Airflow starts each `airflow celery worker` with `[celery] worker_autoscale`
+/// (`max,min`) when set, else `[celery] worker_concurrency` (16): the Celery
+/// executors take the workers' concurrency from there, as the heartbeats'
+/// `active` is judged against it.
+#[test]
+fn airflows_worker_concurrency_reaches_the_celery_executors() {
+    let dir = workdir();
+    let concurrency = |vars: &[(&str, &str)]| {
+        let mut command = overseer(dir.path());
+        command
+            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+            .env("AIRFLOW__CELERY__BROKER_URL", "redis://127.0.0.1:6379/0");
+        for (key, value) in vars {
+            command.env(key, value);
+        }
+        effective(&mut command)["executors"][0]["worker_concurrency"].as_integer()
+    };
+    assert_eq!(concurrency(&[]), Some(16));
+    assert_eq!(
+        concurrency(&[("AIRFLOW__CELERY__WORKER_CONCURRENCY", "4")]),
+        Some(4)
+    );
+    assert_eq!(
+        concurrency(&[
+            ("AIRFLOW__CELERY__WORKER_CONCURRENCY", "4"),
+            ("AIRFLOW__CELERY__WORKER_AUTOSCALE", "12,3"),
+        ]),
+        Some(12)
+    );
+    let bad = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env("AIRFLOW__CELERY__WORKER_AUTOSCALE", "twelve")
+        .arg("config"));
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert_eq!(
+        bad.stderr.trim_end(),
+        "error: invalid configuration: executors (from environment variable \
+         AIRFLOW__CELERY__WORKER_AUTOSCALE): [celery] worker_autoscale: expected max,min (two \
+         positive whole numbers, as `16,12`), got \"twelve\""
+    );
+}
+
 #[test]
 fn airflows_broker_alone_updates_the_configured_celery_executors() {
     let dir = workdir();
@@ -1215,6 +1257,7 @@ fn every_option_overseer_reads_resolves_as_airflow_resolves_it() {
     let full_cfg = "[core]\nexecutor = CeleryExecutor\nmulti_team = True\nparallelism = 8\n\
         [database]\nsql_alchemy_conn = postgresql+psycopg2://airflow:pw@db:5432/airflow\n\
         [celery]\nbroker_url = redis://:pw@broker:6379/0\nresult_backend = redis://:pw@results:6379/1\n\
+        worker_concurrency = 4\nworker_autoscale = 8,2\n\
         ssl_active = true\nssl_key = /k.pem\n\
         ssl_cert = /c.pem\nssl_cacert = /ca.pem\n\
         [operators]\ndefault_queue = airflow\n\

@@ -281,7 +281,8 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
                     {"name": "default", "broker": "redis://b:6379/0", "depth": 0, "consumers": 0},
                 ],
                 "workers": [
-                    {"name": "celery@w1", "queues": ["default", "reports"]},
+                    {"name": "celery@w1", "queues": ["default", "reports"],
+                     "concurrency": 16, "free_concurrency": 0},
                     {"name": "celery@w2", "queues": null},
                 ],
                 "queued_tasks": {"count": 5, "oldest_seconds": 840, "queues": [
@@ -343,7 +344,10 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
     assert_eq!(
         seen["workers"],
         json!([
-            ["celery@w1: default, reports", "celery@w2: queues not known"],
+            [
+                "celery@w1: default, reports · 16 of 16 slots taken",
+                "celery@w2: queues not known"
+            ],
             ["not known (workers are not pinged)"],
             [],
         ])

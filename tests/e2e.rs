@@ -36,6 +36,7 @@ mod package;
 mod probes;
 mod prometheus;
 mod result_backend;
+mod saturation;
 mod schemathesis;
 mod secrets;
 mod tls;

@@ -219,6 +219,13 @@ pub struct ExecutorConfig {
     /// heartbeats.
     #[serde(default)]
     pub min_workers: u32,
+    /// Celery only: the tasks each worker runs at once, as Airflow starts it
+    /// (`[celery] worker_concurrency`, 16 by default, or `worker_autoscale`'s
+    /// largest): against the tasks its heartbeats say it runs, its free slots
+    /// in the detail and `/metrics`, and whether every worker is full
+    /// (`max_at_capacity`).
+    #[serde(default = "default_worker_concurrency")]
+    pub worker_concurrency: u32,
     /// Any executor: how long work may wait before the executor is unhealthy:
     /// task instances in Airflow's `queued` state (when the database holds
     /// Airflow's `task_instance` table), and messages in a queue nobody consumes
@@ -309,6 +316,7 @@ impl ExecutorConfig {
             max_queued_age: default_max_queued_age(),
             canary_max_pickup: default_canary_max_pickup(),
             parallelism: default_parallelism(),
+            worker_concurrency: default_worker_concurrency(),
             max_at_capacity: default_max_at_capacity(),
             ssl_active: false,
             ssl_key: None,
@@ -343,6 +351,11 @@ pub fn default_max_queued_age() -> Duration {
 /// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).
 pub fn default_canary_max_pickup() -> Duration {
     overseer_core::canary::DEFAULT_MAX_PICKUP
+}
+
+/// `worker_concurrency` by default: Airflow's 16.
+pub fn default_worker_concurrency() -> u32 {
+    overseer_celery::DEFAULT_WORKER_CONCURRENCY
 }
 
 /// `parallelism` by default: Airflow's 32.

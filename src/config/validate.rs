@@ -280,6 +280,12 @@ fn executor(executor: &ExecutorConfig, earlier: &[ExecutorConfig]) -> Result<(),
             "must be at least 1 (Airflow's [core] parallelism)".to_owned(),
         ));
     }
+    if executor.worker_concurrency == 0 {
+        return Err((
+            "worker_concurrency",
+            "must be at least 1 (Airflow's [celery] worker_concurrency)".to_owned(),
+        ));
+    }
     if executor.queues.is_empty() || executor.queues.iter().any(|q| q.trim().is_empty()) {
         return Err((
             "queues",

@@ -105,6 +105,21 @@ async fn each_queue_and_its_queued_tasks_are_gauges_and_what_is_not_known_is_abs
             format!("overseer_worker_processed_tasks_total{{{w2}}} 0"),
         ]
     );
+    // Its slots.
+    assert_eq!(
+        samples(&body, "overseer_worker_concurrency"),
+        [
+            format!("overseer_worker_concurrency{{{w1}}} 5"),
+            format!("overseer_worker_concurrency{{{w2}}} 2"),
+        ]
+    );
+    assert_eq!(
+        samples(&body, "overseer_worker_free_slots"),
+        [
+            format!("overseer_worker_free_slots{{{w1}}} 4"),
+            format!("overseer_worker_free_slots{{{w2}}} 0"),
+        ]
+    );
     // Each broker's subscription to the heartbeats: whether it hears them,
     // what it read, how often it came up and fell behind, what waits.
     let sub = format!(r#"{on},broker="redis://broker:6379/0""#);

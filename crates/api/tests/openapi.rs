@@ -363,6 +363,7 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
                 ("name", None, false),
                 ("queues", None, true),
                 ("state", None, true),
+                ("concurrency", None, true),
                 ("free_concurrency", None, true),
                 ("heartbeat", Some("WorkerHeartbeat"), true),
             ],

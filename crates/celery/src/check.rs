@@ -41,6 +41,9 @@ use crate::verdict::{HeldPing, Workers, verdict};
 /// The longest queue name AMQP can carry (a short string).
 const AMQP_NAME_MAX: usize = 255;
 
+/// Airflow's `[celery] worker_concurrency` by default.
+pub const DEFAULT_WORKER_CONCURRENCY: u32 = 16;
+
 /// Airflow's default queue (`[operators] default_queue`).
 pub const AIRFLOW_DEFAULT_QUEUE: &str = "default";
 
@@ -58,6 +61,10 @@ pub struct CheckSettings {
     /// Fewer live workers is `unhealthy`: those answering the ping with
     /// `worker_ping`, else those whose heartbeats are heard (`worker_events`).
     pub min_workers: u32,
+    /// The tasks each worker runs at once, as Airflow starts it (`[celery]
+    /// worker_concurrency`, or the largest of `worker_autoscale`): against the
+    /// tasks its heartbeats say it runs, its free slots.
+    pub worker_concurrency: Option<u32>,
     /// The supervisor's `poll_timeout`: this check answers within it.
     pub poll_timeout: Duration,
     /// Celery's `control_exchange` (`celery`): the pidbox exchanges are named after it.
@@ -81,6 +88,7 @@ impl Default for CheckSettings {
             worker_ping: false,
             worker_events: true,
             min_workers: 0,
+            worker_concurrency: Some(DEFAULT_WORKER_CONCURRENCY),
             poll_timeout: Duration::from_secs(5),
             control_exchange: DEFAULT_CONTROL_EXCHANGE.to_owned(),
             sentinel_master_name: None,
@@ -396,12 +404,22 @@ impl CeleryCheck {
             heartbeats: heard.map(|heard| {
                 heard
                     .into_iter()
-                    .map(|worker| WorkerDetail {
-                        name: worker.name,
-                        queues: None,
-                        state: Some(worker.state.as_str().to_owned()),
-                        free_concurrency: None,
-                        heartbeat: Some(worker.heartbeat),
+                    .map(|worker| {
+                        let concurrency = settings.worker_concurrency;
+                        let free =
+                            concurrency
+                                .zip(worker.heartbeat.active)
+                                .map(|(slots, active)| {
+                                    slots.saturating_sub(u32::try_from(active).unwrap_or(u32::MAX))
+                                });
+                        WorkerDetail {
+                            name: worker.name,
+                            queues: None,
+                            state: Some(worker.state.as_str().to_owned()),
+                            concurrency,
+                            free_concurrency: free,
+                            heartbeat: Some(worker.heartbeat),
+                        }
                     })
                     .collect()
             }),
@@ -578,6 +596,7 @@ impl CeleryCheck {
                     name,
                     queues,
                     state: None,
+                    concurrency: None,
                     free_concurrency: None,
                     heartbeat: None,
                 })
@@ -758,6 +777,7 @@ pub(crate) mod tests {
             name: name.into(),
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         }

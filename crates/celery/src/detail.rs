@@ -224,6 +224,7 @@ mod tests {
             name: "celery@a".into(),
             queues: Some(vec!["gpu".into()]),
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         };

@@ -59,7 +59,10 @@ pub mod url;
 mod verdict;
 
 pub use backend::ResultBackend;
-pub use check::{AIRFLOW_DEFAULT_QUEUE, CeleryCheck, CheckSettings, executor, executor_with};
+pub use check::{
+    AIRFLOW_DEFAULT_QUEUE, CeleryCheck, CheckSettings, DEFAULT_WORKER_CONCURRENCY, executor,
+    executor_with,
+};
 pub use detail::{BrokerReport, BrokerStatus, Probe, QueueDepth, WorkerPing};
 pub use error::{BrokerUrlError, Position, Result};
 pub use ping::{DEFAULT_CONTROL_EXCHANGE, PING_WINDOW};

@@ -147,6 +147,7 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
                 name,
                 queues: queue_names(&queues),
                 state: None,
+                concurrency: None,
                 free_concurrency: None,
                 heartbeat: None,
             })
@@ -158,6 +159,7 @@ pub(crate) fn answers(body: &[u8], content_type: Option<&str>) -> Vec<WorkerDeta
             ),
             queues: None,
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         }],
@@ -186,6 +188,7 @@ mod tests {
             name: name.into(),
             queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         };

@@ -98,6 +98,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
             name: worker.node.clone(),
             queues: Some(vec![names.consumed.clone()]),
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         }]),

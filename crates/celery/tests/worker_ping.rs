@@ -28,6 +28,7 @@ fn check(url: &str, control_exchange: &str, queue: &str) -> CeleryCheck {
             // The ping alone: the events have tests of their own (worker_events.rs).
             worker_events: false,
             min_workers: 1,
+            worker_concurrency: None,
             poll_timeout: POLL_TIMEOUT,
             control_exchange: control_exchange.to_owned(),
             sentinel_master_name: None,

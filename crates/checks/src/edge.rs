@@ -55,7 +55,8 @@
 //!   jobs waiting there (`edge_job.state = 'queued'`), `consumers` the
 //!   workers taking jobs from it, `broker` the instance.
 //! - `workers`: every registered worker, connected or not, with its queues
-//!   (`null`: all), its `state` and its `free_concurrency` (from `sysinfo`).
+//!   (`null`: all), its `state`, its `concurrency` and `free_concurrency` (from
+//!   `sysinfo`).
 //!
 //! # Waiting on the database
 //! The connection pool (two connections, opened on the first poll and kept)
@@ -246,6 +247,8 @@ pub struct EdgeWorker {
     pub state: String,
     /// `queues`; `None`: every queue.
     pub queues: Option<Vec<String>>,
+    /// `sysinfo.concurrency`, when reported and not negative.
+    pub concurrency: Option<u32>,
     /// `sysinfo.free_concurrency`, when reported and not negative.
     pub free_concurrency: Option<u32>,
     /// `sysinfo.status`: a Python logging level (20 info, 30 warning, ...).
@@ -277,6 +280,7 @@ impl EdgeWorker {
             name,
             state,
             queues: queues.and_then(python_list),
+            concurrency: int("concurrency").and_then(|n| u32::try_from(n).ok()),
             free_concurrency: int("free_concurrency").and_then(|n| u32::try_from(n).ok()),
             status: int("status"),
             status_text: sysinfo
@@ -591,6 +595,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
             name: w.name.clone(),
             queues: w.queues.clone(),
             state: Some(w.state.clone()),
+            concurrency: w.concurrency,
             free_concurrency: w.free_concurrency,
             heartbeat: None,
         })

@@ -270,7 +270,13 @@ pub struct WorkerDetail {
     /// `running`, `unknown`, `offline`, `maintenance mode`, ...); `null` when
     /// the executor keeps none (Celery).
     pub state: Option<String>,
-    /// The task slots it has free, as it last reported; `null` when not known.
+    /// The tasks it can run at once (a Celery worker's concurrency, as
+    /// Airflow's `[celery] worker_concurrency` starts it; an Edge worker's
+    /// `concurrency`, as it reports); `null` when not known.
+    pub concurrency: Option<u32>,
+    /// The task slots it has free, as it last reported (a Celery worker: its
+    /// concurrency less the tasks its latest heartbeat said it runs); `null`
+    /// when not known.
     pub free_concurrency: Option<u32>,
     /// What its own heartbeats say (a Celery worker's `worker-heartbeat`
     /// events); `null` when none was heard (an Edge worker, a Celery check

@@ -17,7 +17,11 @@
 //! findings (`canary on queue default failed`) to these, and a canary that
 //! cannot run (paused, gone, not scheduled) makes an executor that would read
 //! healthy `unknown`; so does the capacity ([`crate::capacity`]): every slot
-//! taken while tasks wait in `scheduled`, for `max_at_capacity`.
+//! taken while tasks wait in `scheduled`, for `max_at_capacity`; and the
+//! workers' saturation ([`crate::saturation`]): every worker's slots taken
+//! while work waits, for `max_at_capacity`. While every worker is full, a
+//! queue whose depth does not go down waits for a slot: the stall rule leaves
+//! it to the saturation's, which names the cause.
 //!
 //! A reason holds still while its fault continues: it names the queue and the
 //! limit, never a count or an age that ticks from poll to poll (how many wait,
@@ -67,6 +71,20 @@ pub struct Beside {
     /// The executor's slots, and the finding when they stayed full
     /// ([`crate::capacity`]); `None`: not known.
     pub capacity: Option<(CapacityDetail, Option<String>)>,
+    /// Every worker's slots taken while work waits now ([`crate::saturation`]),
+    /// and the finding once that lasted `max_at_capacity`.
+    pub saturation: Saturated,
+}
+
+/// What the workers' slots say ([`crate::saturation`]).
+#[derive(Debug, Default)]
+pub struct Saturated {
+    /// Every worker taking work has no slot free while work waits, now: a
+    /// queue whose messages are not taken is then waiting for a slot, not
+    /// stalled, and the stall rule leaves it to this one.
+    pub now: bool,
+    /// The finding, once that lasted `max_at_capacity`.
+    pub finding: Option<String>,
 }
 
 /// What one executor's actor remembers of its queues across polls.
@@ -113,7 +131,11 @@ impl FlowWatch {
         max_age: Duration,
         now: Instant,
     ) -> Observation {
-        let Beside { canary, capacity } = beside;
+        let Beside {
+            canary,
+            capacity,
+            saturation,
+        } = beside;
         let Observation {
             health,
             detail,
@@ -121,7 +143,7 @@ impl FlowWatch {
             pending,
         } = observation;
         let mut detail = detail.unwrap_or_default();
-        let mut findings = self.queue_findings(&detail.queues, max_age, now);
+        let mut findings = self.queue_findings(&detail.queues, max_age, saturation.now, now);
         if let Some(queued) = &queued {
             findings.splice(0..0, queued_findings(queued, max_age));
         }
@@ -130,6 +152,7 @@ impl FlowWatch {
             findings.extend(finding);
             detail.capacity = Some(capacity);
         }
+        findings.extend(saturation.finding);
         if let Some(canary) = canary {
             findings.extend(canary.findings);
             blind = canary.blind;
@@ -176,6 +199,7 @@ impl FlowWatch {
         &mut self,
         queues: &[QueueDetail],
         max_age: Duration,
+        workers_full: bool,
         now: Instant,
     ) -> Vec<String> {
         // The queues seen now in the order the check gave them, then those it
@@ -187,7 +211,7 @@ impl FlowWatch {
                 order.push(key.clone());
             }
             if let Some(depth) = queue.depth {
-                self.observe(key, depth, queue.consumers, now);
+                self.observe(key, depth, queue.consumers, workers_full, now);
             }
         }
         let mut unseen: Vec<_> = self
@@ -217,14 +241,24 @@ impl FlowWatch {
             .collect()
     }
 
-    /// A sighting of one queue: its depth, and its consumers when known.
-    fn observe(&mut self, key: (String, String), depth: u64, consumers: Option<u32>, now: Instant) {
+    /// A sighting of one queue: its depth, and its consumers when known. While
+    /// every worker's slots are taken (`workers_full`) what waits waits for a
+    /// slot, not for a stalled worker: the stall clock starts again once one
+    /// frees.
+    fn observe(
+        &mut self,
+        key: (String, String),
+        depth: u64,
+        consumers: Option<u32>,
+        workers_full: bool,
+        now: Instant,
+    ) {
         let history = self.queues.entry(key).or_insert(QueueHistory {
             depth,
             progress_at: now,
             unconsumed_since: None,
         });
-        if depth == 0 || depth < history.depth {
+        if depth == 0 || depth < history.depth || workers_full {
             history.progress_at = now;
         }
         history.depth = depth;

@@ -51,6 +51,7 @@ pub mod queued;
 pub mod reader;
 pub mod reason;
 pub mod report;
+pub mod saturation;
 pub mod secret;
 pub mod stats;
 pub mod storage;

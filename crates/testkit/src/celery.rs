@@ -80,7 +80,15 @@ impl Worker {
         queue: &str,
         node: &str,
     ) -> Self {
-        Self::spawn(venv, broker, control_exchange, queue, node, false)
+        Self::spawn(
+            venv,
+            broker,
+            control_exchange,
+            queue,
+            node,
+            false,
+            &["--pool", "solo"],
+        )
     }
 
     /// Starts a worker that sends Celery's `worker` events as a deployed one
@@ -94,6 +102,32 @@ impl Worker {
             queue,
             &node_name(),
             true,
+            &["--pool", "solo"],
+        )
+    }
+
+    /// Starts a heartbeating worker (as [`Self::start_heartbeating`]) that runs
+    /// `concurrency` tasks at once, in threads (its heartbeats go on while they
+    /// run), and prefetches no more than that (`--prefetch-multiplier 1`, as
+    /// Airflow starts its workers): with every slot taken, the next tasks wait
+    /// in the broker.
+    pub fn start_with_slots(venv: &Path, broker: &str, queue: &str, concurrency: u32) -> Self {
+        let concurrency = concurrency.to_string();
+        Self::spawn(
+            venv,
+            broker,
+            DEFAULT_CONTROL_EXCHANGE,
+            queue,
+            &node_name(),
+            true,
+            &[
+                "--pool",
+                "threads",
+                "--concurrency",
+                &concurrency,
+                "--prefetch-multiplier",
+                "1",
+            ],
         )
     }
 
@@ -104,19 +138,13 @@ impl Worker {
         queue: &str,
         node: &str,
         heartbeat: bool,
+        pool: &[&str],
     ) -> Self {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let log = dir.path().join("worker.log");
         let child = python(venv, broker, control_exchange)
-            .args([
-                "-m",
-                "celery",
-                "-A",
-                "celery_app",
-                "worker",
-                "--pool",
-                "solo",
-            ])
+            .args(["-m", "celery", "-A", "celery_app", "worker"])
+            .args(pool)
             .args(if heartbeat {
                 &["--without-gossip", "--without-mingle"][..]
             } else {

@@ -94,6 +94,12 @@ pub const PARALLELISM: AirflowOption = AirflowOption::new("core", "parallelism",
 /// states (unset: Airflow's own database, `db+` its `sql_alchemy_conn`).
 pub const RESULT_BACKEND: AirflowOption =
     AirflowOption::new("celery", "result_backend", "").sensitive();
+/// `[celery] worker_concurrency`: the tasks each `airflow celery worker` runs at once.
+pub const WORKER_CONCURRENCY: AirflowOption =
+    AirflowOption::new("celery", "worker_concurrency", "16");
+/// `[celery] worker_autoscale`: `max,min`; when set, Airflow starts its workers
+/// with it instead of `worker_concurrency`, and `max` is their concurrency.
+pub const WORKER_AUTOSCALE: AirflowOption = AirflowOption::new("celery", "worker_autoscale", "");
 /// `[celery] celery_config_options`: a Python dict Airflow imports and lays
 /// over the Celery app's settings (its broker among them). Overseer does not
 /// import Python: it says so when the option is set to another dict.
@@ -124,13 +130,15 @@ pub const DAG_PROCESSOR_THRESHOLD: AirflowOption =
     AirflowOption::new("dag_processor", "health_check_threshold", "30");
 
 /// Every option Overseer reads.
-pub const OPTIONS: [AirflowOption; 15] = [
+pub const OPTIONS: [AirflowOption; 17] = [
     SQL_ALCHEMY_CONN,
     EXECUTOR,
     MULTI_TEAM,
     PARALLELISM,
     BROKER_URL,
     RESULT_BACKEND,
+    WORKER_CONCURRENCY,
+    WORKER_AUTOSCALE,
     CELERY_CONFIG_OPTIONS,
     SSL_ACTIVE,
     SSL_KEY,

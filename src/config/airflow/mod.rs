@@ -25,6 +25,7 @@ use conf::{
     BROKER_URL, CELERY_CONFIG_OPTIONS, DAG_PROCESSOR_THRESHOLD, DEFAULT_CELERY_CONFIG,
     DEFAULT_QUEUE, EXECUTOR, MULTI_TEAM, PARALLELISM, RESULT_BACKEND, SCHEDULER_THRESHOLD,
     SQL_ALCHEMY_CONN, SSL_ACTIVE, SSL_CACERT, SSL_CERT, SSL_KEY, TRIGGERER_THRESHOLD,
+    WORKER_AUTOSCALE, WORKER_CONCURRENCY,
 };
 
 /// Each `[celery] ssl_*` option and the `[[executors]]` key it sets.
@@ -205,6 +206,7 @@ impl AirflowEnv {
             None if celery.broker.is_some()
                 || parallelism.is_some()
                 || celery.result_backend.is_some()
+                || celery.worker_concurrency.is_some()
                 || celery.default_queue.is_some()
                 || !celery.ssl.is_empty() =>
             {
@@ -263,6 +265,9 @@ struct CeleryEnv {
     broker: Option<String>,
     /// `[celery] result_backend`.
     result_backend: Option<String>,
+    /// The workers' concurrency: `[celery] worker_autoscale`'s largest, else
+    /// `[celery] worker_concurrency`.
+    worker_concurrency: Option<u32>,
     /// `[operators] default_queue`.
     default_queue: Option<String>,
     /// `[celery] ssl_*`, as `[[executors]]` keys and values, and where each came from.
@@ -270,6 +275,45 @@ struct CeleryEnv {
     /// `[celery] celery_config_options`, when it names a dict of the
     /// deployment's own, and where it came from.
     config_options: Option<(String, String)>,
+}
+
+/// The concurrency Airflow starts its Celery workers with (`airflow celery
+/// worker` takes `[celery] worker_autoscale`, `max,min`, over `[celery]
+/// worker_concurrency`), and where it came from; `None` when neither is set.
+fn worker_concurrency(
+    set: &TeamLookup<'_>,
+    team: Option<&str>,
+) -> Result<Option<(u32, String)>, ConfigError> {
+    let positive = |text: &str| text.trim().parse::<u32>().ok().filter(|n| *n > 0);
+    if let Some((text, origin)) = set(&WORKER_AUTOSCALE, team)?
+        && !text.trim().is_empty()
+    {
+        let max = text.split(',').next().and_then(positive).ok_or_else(|| {
+            ConfigError::new(
+                "executors",
+                origin.clone(),
+                format!(
+                    "[celery] worker_autoscale: expected max,min (two positive whole numbers, as `16,12`), got {:?}",
+                    text.trim()
+                ),
+            )
+        })?;
+        return Ok(Some((max, origin)));
+    }
+    let Some((text, origin)) = set(&WORKER_CONCURRENCY, team)? else {
+        return Ok(None);
+    };
+    let n = positive(&text).ok_or_else(|| {
+        ConfigError::new(
+            "executors",
+            origin.clone(),
+            format!(
+                "[celery] worker_concurrency: expected a positive whole number, got {:?}",
+                text.trim()
+            ),
+        )
+    })?;
+    Ok(Some((n, origin)))
 }
 
 /// Where each `[[executors]]` key Airflow set came from.
@@ -281,11 +325,13 @@ impl CeleryEnv {
     fn read(set: &TeamLookup<'_>, team: Option<&str>) -> Result<(Self, FieldOrigins), ConfigError> {
         let broker = set(&BROKER_URL, team)?;
         let result_backend = set(&RESULT_BACKEND, team)?;
+        let worker_concurrency = worker_concurrency(set, team)?;
         let celery = Self {
             broker: broker.as_ref().map(|(url, _)| url.clone()),
             result_backend: result_backend
                 .as_ref()
                 .map(|(url, _)| url.trim().to_owned()),
+            worker_concurrency: worker_concurrency.as_ref().map(|(n, _)| *n),
             default_queue: set(&DEFAULT_QUEUE, team)?.map(|(q, _)| q.trim().to_owned()),
             ssl: ssl_settings(&|option: &AirflowOption| set(option, team))?,
             config_options: set(&CELERY_CONFIG_OPTIONS, team)?
@@ -298,6 +344,9 @@ impl CeleryEnv {
         }
         if let Some((_, origin)) = result_backend {
             origins.push(("result_backend", origin));
+        }
+        if let Some((_, origin)) = worker_concurrency {
+            origins.push(("worker_concurrency", origin));
         }
         origins.extend(
             celery
@@ -491,6 +540,9 @@ fn apply_celery(executor: &mut Dict, celery: &CeleryEnv, airflow_default: Option
     }
     if let Some(backend) = &celery.result_backend {
         executor.insert("result_backend".into(), Value::from(backend.as_str()));
+    }
+    if let Some(concurrency) = celery.worker_concurrency {
+        executor.insert("worker_concurrency".into(), Value::from(concurrency));
     }
     for (key, value, _) in &celery.ssl {
         executor.insert((*key).to_owned(), value.clone());

@@ -24,17 +24,37 @@ type Heard<'a> = (
     &'a WorkerHeartbeat,
 );
 
-/// Per worker heard by its heartbeats: up, its active and processed tasks.
+/// Per worker heard by its heartbeats: up, its active and processed tasks;
+/// per worker that says them (heard, or an Edge worker): its concurrency and
+/// free slots.
 pub(super) fn workers(detailed: &[Detailed]) -> Vec<MetricFamily> {
-    let heard: Vec<Heard> = detailed
+    let all: Vec<(Vec<(&'static str, String)>, &WorkerDetail)> = detailed
         .iter()
         .flat_map(|(i, detail)| detail.workers.iter().flatten().map(move |w| (*i, w)))
-        .filter_map(|(i, w)| {
-            let pairs = row_labels(i, [("worker", w.name.clone())]);
-            Some((pairs, w, w.heartbeat.as_ref()?))
-        })
+        .map(|(i, w)| (row_labels(i, [("worker", w.name.clone())]), w))
         .collect();
+    let heard: Vec<Heard> = all
+        .iter()
+        .filter_map(|(pairs, w)| Some((pairs.clone(), *w, w.heartbeat.as_ref()?)))
+        .collect();
+    let slots = |of: fn(&WorkerDetail) -> Option<u32>| -> Vec<Metric> {
+        all.iter()
+            .filter_map(|(pairs, w)| Some(gauge(pairs.clone(), f64::from(of(w)?))))
+            .collect()
+    };
     vec![
+        family(
+            "overseer_worker_concurrency",
+            "Tasks the worker runs at once: a Celery worker's concurrency as Airflow starts it ([celery] worker_concurrency), an Edge worker's as it reports.",
+            MetricType::GAUGE,
+            slots(|w| w.concurrency),
+        ),
+        family(
+            "overseer_worker_free_slots",
+            "Task slots the worker has free: a Celery worker's concurrency less the tasks its latest heartbeat said it runs; an Edge worker's as it reports. 0 on every worker while work waits is saturation.",
+            MetricType::GAUGE,
+            slots(|w| w.free_concurrency),
+        ),
         family(
             "overseer_worker_up",
             "1 while the worker's heartbeats arrive (Celery's worker events), 0 once it is gone (two heartbeats missed) or offline; no sample while its heartbeats cannot be heard (unknown).",

@@ -29,6 +29,8 @@
 //! | `overseer_worker_up` | `executor`, `executor_instance`, `worker` | worker heard by its heartbeats (Celery's `worker` events) | `worker_events` is off, or not listened for long enough yet; for `overseer_worker_up`, while its heartbeats cannot be heard (`unknown`) |
 //! | `overseer_worker_active_tasks` | `executor`, `executor_instance`, `worker` | the same | the worker did not say |
 //! | `overseer_worker_processed_tasks_total` (counter) | `executor`, `executor_instance`, `worker` | the same | the same |
+//! | `overseer_worker_concurrency` | `executor`, `executor_instance`, `worker` | worker heard by its heartbeats (with the executor's `worker_concurrency`), or an Edge worker that reports it | not known |
+//! | `overseer_worker_free_slots` | `executor`, `executor_instance`, `worker` | the same, with the tasks it runs | not known |
 //! | `overseer_worker_events_listening` | `executor`, `executor_instance`, `broker` | broker subscribed to for the workers' heartbeats (`worker_events`) | never |
 //! | `overseer_worker_events_received_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |
 //! | `overseer_worker_events_subscriptions_total` (counter) | `executor`, `executor_instance`, `broker` | the same | never |

@@ -146,6 +146,7 @@ pub fn full_detail() -> Detail {
                 name: "celery@w1".into(),
                 queues: Some(vec!["default".into(), "reports".into()]),
                 state: Some("online".into()),
+                concurrency: Some(5),
                 free_concurrency: Some(4),
                 heartbeat: Some(WorkerHeartbeat {
                     last: "2026-12-01T10:00:00Z".parse().unwrap(),
@@ -160,6 +161,7 @@ pub fn full_detail() -> Detail {
                 name: "celery@w2".into(),
                 queues: Some(vec!["default".into()]),
                 state: Some("gone".into()),
+                concurrency: Some(2),
                 free_concurrency: Some(0),
                 heartbeat: Some(WorkerHeartbeat {
                     last: "2026-12-01T10:00:01Z".parse().unwrap(),

@@ -249,6 +249,7 @@ mod tests {
                 name: "celery@a".into(),
                 queues: Some(vec!["default".into()]),
                 state: None,
+                concurrency: None,
                 free_concurrency: None,
                 heartbeat: None,
             }])

@@ -6,6 +6,7 @@ share a queue or a control exchange:
   OVERSEER_TEST_CONTROL_EXCHANGE  Celery's control_exchange (the pidbox exchange's prefix)
 """
 import os
+import time
 
 from celery import Celery
 
@@ -20,3 +21,11 @@ app.conf.update(
 @app.task(name="overseer.add")
 def add(x, y):
     return x + y
+
+
+# Acknowledged once it ends (Airflow's [celery] task_acks_late is True), so a
+# worker started with --prefetch-multiplier 1, as Airflow starts its workers,
+# holds no more messages than it has slots: the rest wait in the broker.
+@app.task(name="overseer.sleep", acks_late=True)
+def sleep(seconds):
+    time.sleep(seconds)

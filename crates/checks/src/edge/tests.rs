@@ -11,6 +11,7 @@ fn worker(name: &str, state: &str, queues: Option<&[&str]>, free: Option<u32>) -
         name: name.into(),
         state: state.into(),
         queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
+        concurrency: free.map(|_| 8),
         free_concurrency: free,
         status: Some(20),
         status_text: None,
@@ -369,6 +370,18 @@ fn rows_parse_as_both_schemas_of_the_provider_write_them() {
         );
         assert_eq!(got, want, "{case}");
     }
+}
+
+#[test]
+fn a_row_says_the_workers_concurrency_as_its_sysinfo_does() {
+    let row = |sysinfo| EdgeWorker::from_row("w".into(), "running".into(), None, Some(sysinfo));
+    assert_eq!(
+        row(r#"{"concurrency": 8, "free_concurrency": 0}"#).concurrency,
+        Some(8)
+    );
+    assert_eq!(row(r#"{"concurrency": "4"}"#).concurrency, Some(4));
+    assert_eq!(row(r#"{"concurrency": -1}"#).concurrency, None);
+    assert_eq!(row(r#"{"status": 20}"#).concurrency, None);
 }
 
 #[test]

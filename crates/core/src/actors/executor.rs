@@ -38,9 +38,10 @@ use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
 use crate::duration;
-use crate::flow::{Beside, FlowWatch};
+use crate::flow::{Beside, FlowWatch, Saturated};
 use crate::job::ExecutorHealth;
 use crate::queued::QueuedBoard;
+use crate::saturation::SaturationWatch;
 use crate::stats::ExecutorStats;
 
 /// Asks an executor for its health, for one poll. Answered with an
@@ -192,6 +193,8 @@ pub struct ExecutorActor {
     pickups: PickupsSeen,
     /// Since when every slot is taken while work waits.
     capacity: CapacityWatch,
+    /// Since when every worker's slots are taken while work waits.
+    saturation: SaturationWatch,
     /// A check of this incarnation is running.
     running: bool,
     /// Polls that came while a check ran: answered with its verdict when it
@@ -224,6 +227,7 @@ impl ExecutorActor {
             flow: FlowWatch::default(),
             pickups: PickupsSeen::default(),
             capacity: CapacityWatch::default(),
+            saturation: SaturationWatch::default(),
             queued: None,
             running: false,
             waiting: Vec::new(),
@@ -267,10 +271,24 @@ impl ExecutorActor {
                 .finding(&detail, self.executor.max_at_capacity, now);
             Some((detail, finding))
         });
+        let finding = self.saturation.finding(
+            observation.detail.as_ref(),
+            queued.as_ref(),
+            self.executor.max_at_capacity,
+            now,
+        );
+        let saturation = Saturated {
+            now: self.saturation.full() && !self.executor.max_at_capacity.is_zero(),
+            finding,
+        };
         self.flow.judge_all(
             observation,
             queued,
-            Beside { canary, capacity },
+            Beside {
+                canary,
+                capacity,
+                saturation,
+            },
             self.executor.max_queued_age,
             now,
         )

@@ -513,6 +513,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
             name: "celery@w1".into(),
             queues: Some(vec!["default".into()]),
             state: None,
+            concurrency: None,
             free_concurrency: None,
             heartbeat: None,
         }]),
@@ -548,7 +549,7 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
         instances[0]["detail"],
         serde_json::json!({
             "queues": [{"name": "default", "broker": "redis://broker:6379/0", "depth": 3, "consumers": null}],
-            "workers": [{"name": "celery@w1", "queues": ["default"], "state": null, "free_concurrency": null, "heartbeat": null}],
+            "workers": [{"name": "celery@w1", "queues": ["default"], "state": null, "concurrency": null, "free_concurrency": null, "heartbeat": null}],
             "queued_tasks": {
                 "count": 2,
                 "oldest_seconds": 42,
