@@ -272,6 +272,9 @@ pub(crate) fn not_connected(identity: &str) -> Reason {
 }
 
 #[cfg(test)]
+mod table;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

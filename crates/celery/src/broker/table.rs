@@ -1,0 +1,444 @@
+//! The life of a held connection (a broker's watch, its events subscription)
+//! as a table: one row per case a past fix met, each a script of what the
+//! broker does to the connection attempts and when polls reach it, and the
+//! trace a user would see: each attempt to connect, each ring for a poll.
+//! Time is paused, so every row runs in no time and its trace is exact.
+//!
+//! Rows marked `today` are known gaps: `today` is what the code does now,
+//! `expect` what it must do.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+use super::{Answers, Watched};
+use overseer_core::check::Alarm;
+
+/// What one connection attempt comes to.
+#[derive(Debug, Clone, Copy)]
+enum Attempt {
+    /// No connection, after this many milliseconds (a timeout takes some).
+    Fails(u64),
+    /// A connection, held this many milliseconds, then lost.
+    Holds(u64),
+    /// A connection whose command the broker refuses at once (an ACL
+    /// without `BLPOP`, a demoted master's `READONLY`).
+    Refused,
+}
+
+use Attempt::{Fails, Holds, Refused};
+
+/// Held for longer than any row runs.
+const EVER: u64 = u64::MAX / 4;
+
+/// One case.
+struct Row {
+    case: &'static str,
+    /// The attempts in order; the last repeats.
+    attempts: &'static [Attempt],
+    /// When a poll reaches the broker (ms since the start), besides those rung for.
+    answers: &'static [u64],
+    /// Whether each poll rung for reaches the broker (10 ms after the ring).
+    rung_polls_answer: bool,
+    /// How long the row runs (ms).
+    until: u64,
+    /// What a user sees: `"<ms> attempt"` and `"<ms> ring"`, in order.
+    expect: &'static [&'static str],
+    /// How many warnings the log shows, when the row says.
+    warnings: Option<usize>,
+    /// A known gap: what the code does today (its trace and warnings).
+    today: Option<(&'static [&'static str], Option<usize>)>,
+}
+
+const TABLE: &[Row] = &[
+    Row {
+        case: "a held connection lost rings at once; the first connection rings nothing, \
+               a return found by the back-off rings",
+        attempts: &[Holds(1000), Fails(0), Fails(0), Holds(EVER)],
+        answers: &[],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "4500 attempt",
+            "4500 ring",
+        ],
+        warnings: Some(0),
+        today: None,
+    },
+    Row {
+        case: "07feb20: a poll that reaches the broker ends a long reconnect wait at once, \
+               and the return it saw is no news",
+        attempts: &[Holds(1000), Fails(0), Fails(0), Fails(0), Holds(EVER)],
+        answers: &[6000],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "4500 attempt",
+            "6000 attempt",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "07feb20: polls answered while the connection held are old news once it is lost",
+        attempts: &[Fails(0), Fails(0), Fails(0), Holds(2000), Holds(EVER)],
+        answers: &[4000, 5000],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "500 attempt",
+            "1500 attempt",
+            "3500 attempt",
+            "3500 ring",
+            "5500 ring",
+            "9500 attempt",
+            "9500 ring",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "07feb20: a poll answered during a failed attempt is news: the wait after it \
+               ends at its first step",
+        attempts: &[Holds(1000), Fails(0), Fails(3000), Holds(EVER)],
+        answers: &[3000],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "6000 attempt",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "07feb20: an attempt a poll's answer brought that fails rings (the broker died \
+               again in between: that poll's healthy is stale)",
+        attempts: &[Holds(1000), Fails(0), Fails(0), Fails(0), Holds(EVER)],
+        answers: &[3000],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "3000 attempt",
+            "3000 ring",
+            "7000 attempt",
+            "7000 ring",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "5a3a1d6: an answer ends a reconnect wait no sooner than half a second after \
+               it began",
+        attempts: &[Holds(1000), Fails(0), Fails(0), Holds(EVER)],
+        answers: &[2600],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "3000 attempt",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "b65ea7a, 5a3a1d6: a broker that answers every poll but takes no watch \
+               connection (a full maxclients) costs one extra poll, not a poll per poll",
+        attempts: &[Holds(1000), Fails(0)],
+        answers: &[],
+        rung_polls_answer: true,
+        until: 10_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "1500 ring",
+            "2000 attempt",
+            "4000 attempt",
+            "8000 attempt",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "5a3a1d6: a refused command rings at once and waits out the back-off: no \
+               poll's answer hastens it, and the next connection is no return",
+        attempts: &[Refused],
+        answers: &[],
+        rung_polls_answer: true,
+        until: 8000,
+        expect: &[
+            "0 attempt",
+            "0 ring",
+            "500 attempt",
+            "500 ring",
+            "1500 attempt",
+            "1500 ring",
+            "3500 attempt",
+            "3500 ring",
+            "7500 attempt",
+            "7500 ring",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "a connection that held 10 s starts the back-off again",
+        attempts: &[
+            Fails(0),
+            Fails(0),
+            Fails(0),
+            Holds(10_000),
+            Fails(0),
+            Holds(EVER),
+        ],
+        answers: &[],
+        rung_polls_answer: false,
+        until: 30_000,
+        expect: &[
+            "0 attempt",
+            "500 attempt",
+            "1500 attempt",
+            "3500 attempt",
+            "3500 ring",
+            "13500 ring",
+            "14000 attempt",
+            "15000 attempt",
+            "15000 ring",
+        ],
+        warnings: None,
+        today: None,
+    },
+    Row {
+        case: "gap: a second kill before the watch reconnects rings: the ring for a failed \
+               attempt is not repeated while polls bring attempts, but a wait that runs its \
+               back-off out makes the next one news",
+        attempts: &[Holds(1000), Fails(0)],
+        answers: &[3000, 9000],
+        rung_polls_answer: false,
+        until: 20_000,
+        expect: &[
+            "0 attempt",
+            "1000 ring",
+            "1500 attempt",
+            "2500 attempt",
+            "3000 attempt",
+            "3000 ring",
+            "7000 attempt",
+            "9000 attempt",
+            "9000 ring",
+        ],
+        warnings: None,
+        today: Some((
+            &[
+                "0 attempt",
+                "1000 ring",
+                "1500 attempt",
+                "2500 attempt",
+                "3000 attempt",
+                "3000 ring",
+                "7000 attempt",
+                "9000 attempt",
+            ],
+            None,
+        )),
+    },
+    Row {
+        case: "gap: a refused command is warned once, until a connection holds",
+        attempts: &[Refused, Refused, Holds(2000), Refused, Holds(EVER)],
+        answers: &[],
+        rung_polls_answer: false,
+        until: 12_000,
+        expect: &[
+            "0 attempt",
+            "0 ring",
+            "500 attempt",
+            "500 ring",
+            "1500 attempt",
+            "3500 ring",
+            "5500 attempt",
+            "5500 ring",
+            "5500 ring",
+            "9500 attempt",
+        ],
+        warnings: Some(2),
+        today: Some((
+            &[
+                "0 attempt",
+                "0 ring",
+                "500 attempt",
+                "500 ring",
+                "1500 attempt",
+                "3500 ring",
+                "5500 attempt",
+                "5500 ring",
+                "5500 ring",
+                "9500 attempt",
+            ],
+            Some(0),
+        )),
+    },
+];
+
+#[tokio::test(start_paused = true)]
+async fn the_life_of_a_held_connection() {
+    let mut failed = Vec::new();
+    for row in TABLE {
+        let (trace, warnings) = run(row).await;
+        let (expect, expect_warnings) = row.today.unwrap_or((row.expect, row.warnings));
+        if trace != expect || expect_warnings.is_some_and(|w| w != warnings) {
+            failed.push(format!(
+                "{}:\n  saw {trace:?}, {warnings} warnings\n  not {expect:?}, {expect_warnings:?}",
+                row.case
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// What a row's run showed: its trace, and how many warnings were logged.
+async fn run(row: &Row) -> (Vec<String>, usize) {
+    let start = Instant::now();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let _log = tracing::subscriber::set_default(tracing_subscriber::registry().with(Log {
+        start,
+        seen: Arc::clone(&seen),
+    }));
+    let answers = Answers::new();
+    let polls = {
+        let answers = answers.clone();
+        let times = row.answers;
+        tokio::spawn(async move {
+            for &at in times {
+                tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+                answers.answered();
+            }
+        })
+    };
+    let rung = {
+        let answers = answers.clone();
+        let seen = Arc::clone(&seen);
+        let answering = row.rung_polls_answer;
+        tokio::spawn(async move {
+            if !answering {
+                return;
+            }
+            let mut taken = 0;
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let rings = seen.lock().unwrap().rings.len();
+                for _ in taken..rings {
+                    let answers = answers.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(9)).await;
+                        answers.answered();
+                    });
+                }
+                taken = rings;
+            }
+        })
+    };
+    let attempts = Arc::clone(&seen);
+    let script = async {
+        let alarm = Alarm::new();
+        let mut watched = Watched::new(&alarm, "redis://broker:6379/0", &answers);
+        for i in 0.. {
+            let attempt = row.attempts[i.min(row.attempts.len() - 1)];
+            attempts.lock().unwrap().attempt(start);
+            match attempt {
+                Fails(ms) => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    watched.unreachable();
+                    watched.wait(Duration::ZERO).await;
+                }
+                Holds(ms) => {
+                    let connected = Instant::now();
+                    watched.connected();
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    watched.lost();
+                    watched.wait(connected.elapsed()).await;
+                }
+                Refused => {
+                    watched.connected();
+                    watched.refused();
+                    watched.wait_out().await;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(start + Duration::from_millis(row.until), script).await;
+    polls.abort();
+    rung.abort();
+    let seen = seen.lock().unwrap();
+    (seen.trace.clone(), seen.warnings)
+}
+
+/// What a row's run showed so far.
+#[derive(Default)]
+struct Seen {
+    trace: Vec<String>,
+    rings: Vec<u64>,
+    warnings: usize,
+}
+
+impl Seen {
+    fn attempt(&mut self, start: Instant) {
+        let at = start.elapsed().as_millis();
+        self.trace.push(format!("{at} attempt"));
+    }
+}
+
+/// Reads the rings and warnings off the log: a ring is a line that says it
+/// polls at once.
+struct Log {
+    start: Instant,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Log {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        let mut seen = self.seen.lock().unwrap();
+        if *event.metadata().level() == tracing::Level::WARN {
+            seen.warnings += 1;
+        }
+        if message.0.ends_with("polling at once") {
+            let at = self.start.elapsed().as_millis();
+            seen.rings.push(at as u64);
+            seen.trace.push(format!("{at} ring"));
+        }
+    }
+}
+
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
