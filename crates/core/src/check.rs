@@ -18,7 +18,7 @@ use crate::detail::Observation;
 use crate::job::ExecutorHealth;
 
 pub use alarm::Alarm;
-pub use pool::AsyncChecks;
+pub use pool::{AsyncChecks, CheckRunner};
 
 /// An asynchronous health check.
 ///

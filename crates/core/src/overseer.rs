@@ -175,11 +175,12 @@ impl OverseerBuilder {
         self
     }
 
-    /// Runs async checks on `checks` instead of Overseer's check pool (whose
-    /// threads still start, idle). It exists only for `overseer-bench --only
-    /// pool`, which compares the pool with running checks on tokio's own
-    /// threads; not part of the API.
-    #[doc(hidden)]
+    /// Runs async checks on `checks` instead of Overseer's watched check pool
+    /// (whose threads still start, idle): [`AsyncChecks::tasks_of`] a runtime
+    /// of the program's own, or [`AsyncChecks::on`] any
+    /// [`CheckRunner`](crate::check::CheckRunner). Nothing watches them there:
+    /// an async check that blocks holds what it runs on (see
+    /// [`crate::check::pool`] for what the pool does instead).
     pub fn async_checks(mut self, checks: AsyncChecks) -> Self {
         self.async_checks = Some(checks);
         self

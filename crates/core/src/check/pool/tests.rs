@@ -1,5 +1,7 @@
 use super::*;
 use std::sync::atomic::AtomicU8;
+use std::thread::Thread;
+use std::time::Instant;
 
 /// Runs `check` on a fresh pool of two threads and waits for its outcome.
 fn run_on_pool<F>(checks: &AsyncChecks, executor: &Arc<Watched>, check: F) -> Outcome<F::Output>
