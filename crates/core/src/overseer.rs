@@ -23,32 +23,25 @@
 //! it, see [`crate::check::pool`]; their IO on `overseer-io` threads), blocking
 //! checks on a thread each. So a hung executor can delay nothing of the host's.
 
+mod start;
 mod thread;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
-use chrono::Utc;
-use sea_orm::Database;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
-use crate::actors::aggregator::{AggregatorSettings, UnwrittenTransitions};
-use crate::actors::{
-    Aggregator, ExecutorActor, HealthSupervisor, PollSettings, QueuedSource, RestartPolicy,
-};
-use crate::check::alarm::AlarmBoard;
+use crate::actors::{PollSettings, RestartPolicy};
 use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
 use crate::history::HistorySettings;
-use crate::queued::{QueuedBoard, Routes};
 use crate::report::{HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
 use crate::stats::{ExecutorStats, StatsSnapshot};
-use crate::storage::{self, ExecutorKey, Session};
-use thread::{ActorsThread, Started};
+use start::start_actors;
+use thread::ActorsThread;
 
 /// Threads of the pool that polls async checks, kept free by its watchdog
 /// (a thread a check blocks is replaced): checks mostly wait on the network,
@@ -254,193 +247,6 @@ impl Settings {
         }
         Ok(())
     }
-}
-
-/// One start-up step against the database, given `timeout` to answer.
-async fn bounded<T>(
-    what: &str,
-    timeout: Duration,
-    step: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(timeout, step)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Error::Runtime(format!(
-                "the database did not answer within {} when asked to {what} at start-up",
-                crate::duration::short(timeout)
-            )))
-        })
-}
-
-/// Runs on the actors' thread: everything `start` promises, in order.
-async fn start_actors(
-    url: String,
-    executors: Vec<Executor>,
-    stats: Vec<Arc<ExecutorStats>>,
-    settings: Settings,
-    checks: AsyncChecks,
-    aggregator_stats: Arc<AggregatorStats>,
-) -> Result<Started> {
-    // Connecting is bounded by the pool's acquire timeout; each step after it
-    // by a timeout of its own, so a database that takes connections but does
-    // not answer (frozen, or a table held by a lock that is not let go) fails
-    // start-up with an error naming the step instead of holding it forever.
-    let db = Database::connect(crate::connect::options(&url)).await?;
-    let read_timeout = crate::connect::full_read_timeout(settings.refresh_interval);
-    let write_timeout = crate::connect::MAX_TIMEOUT;
-    bounded("check the schema", read_timeout, async {
-        storage::check_schema(&db).await?;
-        crate::history::check_schema(&db).await
-    })
-    .await?;
-
-    let keys: Vec<ExecutorKey> = executors
-        .iter()
-        .map(|e| (e.executor_class.clone(), e.instance.clone()))
-        .collect();
-    let session = Session::start(settings.hostname.clone(), settings.unixname.clone());
-    let closed = bounded(
-        "close the rows a crash left open",
-        write_timeout,
-        storage::close_crashed(&db, &session.hostname, &keys, session.started),
-    )
-    .await?;
-    if closed > 0 {
-        tracing::warn!(
-            rows = closed,
-            "closed executor rows a crash left open on this host"
-        );
-    }
-    // The time no Overseer supervised these rows, when they went stale
-    // meanwhile: queued for the history before the first verdict, which then
-    // says when supervision resumed. Not a reason to fail the start.
-    let unsupervised = match bounded(
-        "read the history earlier runs left",
-        read_timeout,
-        crate::history::unsupervised_since_earlier_runs(
-            &db,
-            &session.hostname,
-            &keys,
-            session.started,
-            settings.thresholds.executor,
-        ),
-    )
-    .await
-    {
-        Ok(gaps) => gaps,
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "cannot read the history: the time Overseer was not running is not recorded in it"
-            );
-            Vec::new()
-        }
-    };
-    let job_ids = bounded(
-        "register the executors' rows",
-        write_timeout,
-        storage::register(&db, &session, &keys),
-    )
-    .await?;
-
-    let now = Utc::now();
-    let first = bounded(
-        "read the job table",
-        read_timeout,
-        storage::report_rows(&db, now, settings.thresholds.longest()),
-    )
-    .await?;
-    let report = HealthReport::build(&first, true, &settings.thresholds, now);
-    let (reports_tx, reports_rx) = watch::channel(Arc::new(report));
-
-    // The core actors are built by the actors' thread, and built again should
-    // one of them stop or panic (see `thread`).
-    let reports_tx = Arc::new(reports_tx);
-    let routes = Arc::new(Routes::new(
-        executors.iter().map(|e| e.executor_class.as_str()),
-    ));
-    let aggregator_settings = AggregatorSettings {
-        heartbeat_interval: settings.heartbeat_interval,
-        refresh_interval: settings.refresh_interval,
-        thresholds: settings.thresholds,
-        history: settings.history,
-        routes: routes.clone(),
-    };
-    let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
-    let reader_db = db.clone();
-    let stats_for_restarts = aggregator_stats.clone();
-    let unwritten = Arc::new(UnwrittenTransitions::holding(unsupervised));
-    let make_aggregator = move || {
-        Aggregator::new(
-            db.clone(),
-            session.clone(),
-            aggregator_settings.clone(),
-            rows.clone(),
-            reports_tx.clone(),
-            aggregator_stats.clone(),
-            unwritten.clone(),
-        )
-    };
-
-    // Airflow's queued task instances: one reader for every executor, off the
-    // report's path; each executor's actor takes its share at every poll.
-    let board = Arc::new(QueuedBoard::default());
-    let mut limits: Vec<Duration> = executors
-        .iter()
-        .map(|e| e.max_queued_age)
-        .filter(|age| !age.is_zero())
-        .collect();
-    limits.sort();
-    limits.dedup();
-    let default_executor = routes.route(None, None);
-    let queued_reader = actix_rt::spawn(crate::reader::run(
-        reader_db,
-        board.clone(),
-        routes,
-        limits,
-        settings.poll.poll_interval,
-        crate::connect::full_read_timeout(settings.poll.poll_timeout),
-        settings.thresholds.scheduler,
-    ));
-    // The alarms of checks that hold a connection: rung, the executor is
-    // polled at once (`check::alarm`).
-    let alarms = Arc::new(AlarmBoard::default());
-    for (index, executor) in executors.iter().enumerate() {
-        if let Some(alarm) = &executor.alarm {
-            alarm.attach(alarms.clone(), index);
-        }
-    }
-    let polled: Vec<(Addr<ExecutorActor>, Arc<ExecutorStats>, String)> = executors
-        .into_iter()
-        .zip(stats)
-        .enumerate()
-        .map(|(index, (executor, stats))| {
-            let label = executor.label();
-            let actor = ExecutorActor::new(
-                executor,
-                stats.clone(),
-                settings.restart_policy,
-                checks.clone(),
-            )
-            .with_queued(QueuedSource {
-                board: board.clone(),
-                index,
-                default: default_executor == Some(index),
-            });
-            (actor.start_supervised(), stats, label)
-        })
-        .collect();
-    let poll = settings.poll;
-    let make_supervisor =
-        move |sink| HealthSupervisor::new(poll, polled.clone(), sink).with_alarms(alarms.clone());
-    tracing::info!(hostname = %settings.hostname, "supervising executors");
-    Ok(Started {
-        supervisor: Box::new(make_supervisor),
-        aggregator: Box::new(make_aggregator),
-        stats: stats_for_restarts,
-        reports: reports_rx,
-        background: vec![queued_reader],
-    })
 }
 
 /// Which executor a set of counters belongs to.

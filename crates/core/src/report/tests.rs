@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::entity::job;
-use crate::job::{JobState, JobType};
+use crate::job::{ExecutorHealth, JobState, JobType};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 19, 48, 48).unwrap()

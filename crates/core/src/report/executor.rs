@@ -1,0 +1,141 @@
+//! The `executor` entry: Overseer's addition to Airflow's report, one
+//! instance per live executor row, of every host, with the verdict's word as
+//! `job.executor_health` stores it.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{DetailedStatus, Status, optional_timestamp};
+use crate::detail::Detail;
+use crate::job::ExecutorHealth;
+
+/// The word of an executor's verdict, as `job.executor_health` stores it: an
+/// `ExecutorHealth` without its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorHealthKind {
+    Healthy,
+    Unhealthy,
+    Unknown,
+}
+
+impl ExecutorHealthKind {
+    /// Every state.
+    pub const ALL: [ExecutorHealthKind; 3] = [Self::Healthy, Self::Unhealthy, Self::Unknown];
+
+    /// The state of a verdict.
+    pub const fn of(health: &ExecutorHealth) -> Self {
+        match health {
+            ExecutorHealth::Healthy => Self::Healthy,
+            ExecutorHealth::Unhealthy { .. } => Self::Unhealthy,
+            ExecutorHealth::Unknown { .. } => Self::Unknown,
+        }
+    }
+
+    /// The string stored in `job.executor_health` and in the history.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::str::FromStr for ExecutorHealthKind {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| crate::Error::UnexpectedValue {
+                column: "executor_health",
+                value: s.to_owned(),
+            })
+    }
+}
+
+/// One live executor row: one executor, supervised from one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ExecutorInstance {
+    /// As Airflow names it: `CeleryExecutor`, `alias:CeleryExecutor`.
+    pub executor: Option<String>,
+    /// What counts as the instance: for Celery the broker, without credentials.
+    pub instance: Option<String>,
+    /// The host of the supervising process.
+    pub hostname: Option<String>,
+    /// The row's latest heartbeat.
+    #[serde(
+        rename = "latest_executor_heartbeat",
+        serialize_with = "optional_timestamp"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub latest_heartbeat: Option<DateTime<Utc>>,
+    /// The verdict (written as `health` and `reason`).
+    #[serde(skip)]
+    pub health: ExecutorHealth,
+    /// The verdict's word.
+    #[serde(rename = "health")]
+    pub(in crate::report) health_kind: ExecutorHealthKind,
+    /// Why, for `unhealthy` and `unknown`; for `healthy`, what is worth
+    /// knowing all the same (a failover broker that does not answer, an edge
+    /// worker gone quiet), else `null`. Never a credential.
+    pub reason: Option<String>,
+    /// When the verdict was made.
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub checked_at: Option<DateTime<Utc>>,
+    /// When the current state (`health`, whatever its reason) began: the
+    /// latest transition into it in the history; `null` when not known (no
+    /// transition recorded, or none read yet). This host's rows as the
+    /// aggregator holds them; another host's as of the last full read of the
+    /// table (every 10 s).
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub since: Option<DateTime<Utc>>,
+    /// The state before the current one; `null` when not known.
+    pub previous: Option<ExecutorHealthKind>,
+    /// The evidence of this host's latest check (queues, workers, task
+    /// instances queued); `null` for another host's row, or when the check
+    /// gives none.
+    #[schema(value_type = Option<Detail>)]
+    pub detail: Option<Arc<Detail>>,
+}
+
+/// What the aggregator knows of an executor row beyond what the table holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowExtras {
+    /// The evidence of this host's latest check.
+    pub detail: Option<Arc<Detail>>,
+    /// When the row's current state began.
+    pub since: Option<DateTime<Utc>>,
+    /// The state before it.
+    pub previous: Option<ExecutorHealthKind>,
+}
+
+/// The `executor` entry: Overseer's addition, every supervised executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorEntry {
+    /// `healthy` when at least one live row exists and none says `unhealthy`
+    /// (`unknown` never counts as dead); `null` while no live row has been
+    /// checked yet (right after a start: nothing has answered, so nothing is
+    /// healthy), as Airflow writes a component it knows nothing of.
+    pub status: Option<Status>,
+    /// The most recent executor row's heartbeat, alive or not.
+    #[serde(
+        rename = "latest_executor_heartbeat",
+        serialize_with = "optional_timestamp"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub latest_heartbeat: Option<DateTime<Utc>>,
+    /// How the live rows are doing together: `down` when none is fine,
+    /// `unknown` when none has a verdict.
+    pub detailed_status: DetailedStatus,
+    /// The live executor rows, of every host, by host, executor and instance.
+    pub instances: Vec<ExecutorInstance>,
+}
