@@ -195,14 +195,21 @@ pub struct ExecutorActor {
     capacity: CapacityWatch,
     /// Since when every worker's slots are taken while work waits.
     saturation: SaturationWatch,
-    /// A check of this incarnation is running.
-    running: bool,
-    /// Polls that came while a check ran: answered with its verdict when it
-    /// ends. The supervisor's guard sends no second poll while one is
-    /// unanswered, so these come only from a supervisor restarted meanwhile
-    /// (which knows of no poll in flight): a hung check is still run once,
-    /// never once more per restart, and its answer reaches the new supervisor.
-    waiting: Vec<Reply>,
+    /// Whether a check of this incarnation runs.
+    run: CheckRun,
+}
+
+/// Whether a check of the actor's incarnation runs.
+enum CheckRun {
+    /// None: the next poll starts one.
+    Idle,
+    /// One runs. `waiting` holds the polls that came meanwhile, answered with
+    /// its verdict when it ends. The supervisor's guard sends no second poll
+    /// while one is unanswered, so these come only from a supervisor
+    /// restarted meanwhile (which knows of no poll in flight): a hung check is
+    /// still run once, never once more per restart, and its answer reaches
+    /// the new supervisor.
+    Running { waiting: Vec<Reply> },
 }
 
 impl ExecutorActor {
@@ -229,8 +236,7 @@ impl ExecutorActor {
             capacity: CapacityWatch::default(),
             saturation: SaturationWatch::default(),
             queued: None,
-            running: false,
-            waiting: Vec::new(),
+            run: CheckRun::Idle,
         }
     }
 
@@ -368,8 +374,7 @@ impl Supervised for ExecutorActor {
         self.check = self.executor.build_check();
         // The check that ran ended with the old incarnation; the polls waiting
         // on it answer that the actor did not (their `Reply`'s drop).
-        self.running = false;
-        self.waiting.clear();
+        self.run = CheckRun::Idle;
 
         let now = Instant::now();
         self.restarts.push_back(now);
@@ -417,17 +422,21 @@ impl Handler<CheckHealth> for ExecutorActor {
             }
             self.standing = Standing::Probation;
         }
-        if self.running {
-            self.waiting.push(reply);
+        if let CheckRun::Running { waiting } = &mut self.run {
+            waiting.push(reply);
             return;
         }
-        self.running = true;
+        self.run = CheckRun::Running {
+            waiting: Vec::new(),
+        };
         ctx.spawn(
             self.run_check()
                 .into_actor(self)
                 .map(move |outcome, act, ctx| {
-                    act.running = false;
-                    let waiting = std::mem::take(&mut act.waiting);
+                    let waiting = match std::mem::replace(&mut act.run, CheckRun::Idle) {
+                        CheckRun::Running { waiting } => waiting,
+                        CheckRun::Idle => Vec::new(),
+                    };
                     // The last guard, whoever wrote the check: one line, capped
                     // ([`crate::reason`]), flow findings and panics included.
                     let answer = crate::reason::sanitise_observation(match outcome {

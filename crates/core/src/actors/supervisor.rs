@@ -95,11 +95,21 @@ struct InFlight {
     /// The tick that sent it.
     tick: u64,
     sent: Instant,
-    /// Its timeout has already been reported; the answer, when it comes, is dropped.
-    timed_out: bool,
+    /// What its answer will be taken for.
+    awaits: Awaits,
     /// The executor's alarm rang while it was in flight: what it answers may
     /// predate the ring, so one more poll follows its answer.
     rung: bool,
+}
+
+/// What the answer to a poll in flight will be taken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaits {
+    /// The executor's verdict, observed as it comes.
+    Verdict,
+    /// A late answer: the poll's timeout was reported (`no reply within`), so
+    /// the answer is counted late and dropped.
+    Late,
 }
 
 /// One executor, as the supervisor sees it.
@@ -193,7 +203,7 @@ impl HealthSupervisor {
             executor.in_flight = Some(InFlight {
                 tick,
                 sent: now,
-                timed_out: false,
+                awaits: Awaits::Verdict,
                 rung: false,
             });
             ExecutorStats::bump(&executor.stats.polls);
@@ -230,7 +240,7 @@ impl HealthSupervisor {
         executor.in_flight = Some(InFlight {
             tick,
             sent: Instant::now(),
-            timed_out: false,
+            awaits: Awaits::Verdict,
             rung: false,
         });
         ExecutorStats::bump(&executor.stats.polls);
@@ -273,10 +283,10 @@ impl HealthSupervisor {
             let Some(in_flight) = executor.in_flight.as_mut() else {
                 continue;
             };
-            if in_flight.tick != tick || in_flight.timed_out {
+            if in_flight.tick != tick || in_flight.awaits == Awaits::Late {
                 continue;
             }
-            in_flight.timed_out = true;
+            in_flight.awaits = Awaits::Late;
             ExecutorStats::bump(&executor.stats.timeouts);
             // The verdict's line says it, once; a poll's timeout is detail.
             tracing::debug!(executor = %executor.label, "{reason}");
@@ -311,7 +321,7 @@ impl HealthSupervisor {
             return false;
         };
         executor.in_flight = None;
-        if in_flight.timed_out {
+        if in_flight.awaits == Awaits::Late {
             ExecutorStats::bump(&executor.stats.late_replies);
             tracing::debug!(
                 executor = %executor.label,
