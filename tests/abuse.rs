@@ -161,6 +161,20 @@ async fn ambiguous_framing_is_refused_and_too_many_fields_are_named() {
     let answer = whole_answer(&serving.address, many.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     assert!(answer.contains("more than 96 header fields"), "{answer}");
+    // A request that is no HTTP at all: actix-http's own 400, which its
+    // dispatcher writes before any handler, with the JSON body every error has.
+    let answer = whole_answer(&serving.address, b"\x16\x03\x01 not http at all\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("content-type: application/json\r\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.ends_with(
+            r#"{"detail":"Bad Request: the request line or headers could not be parsed"}"#
+        ),
+        "{answer}"
+    );
     let (code, _) = serving.terminate();
     assert_eq!(code, Some(0));
 }

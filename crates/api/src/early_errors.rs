@@ -4,12 +4,23 @@
 //! HTTP/1 dispatcher writes these itself, with no body and no hook to give
 //! them one, and then closes the connection.
 //!
-//! [`JsonEarlyErrors`] wraps a connection's socket and rewrites those two
-//! answers as they are written: the same status and headers, plus the JSON
-//! body every other error has (`{"detail": "..."}`, [`crate::errors`]). It
-//! recognises them by what only actix-http's own answers are: a `400` or
-//! `431` with `content-length: 0` (every error of this API's handlers has a
-//! JSON body, so a non-zero length). Everything else passes through untouched.
+//! # The one seam
+//! Neither actix-web's configuration nor its error handlers see these: the
+//! dispatcher answers them before any service is called (actix-http 3's
+//! `h1::Dispatcher`, on a parse error or a full read buffer). So the API's
+//! server wraps each connection's socket in [`JsonEarlyErrors`], which reads
+//! what is written as HTTP/1 response heads and rewrites those two answers:
+//! the same status line and headers, plus the JSON body every other error has
+//! (`{"detail": "..."}`, [`crate::errors`]). It knows them by what only
+//! actix-http's own answers are, read as a head (any header order or case,
+//! any reason phrase): a `400` or `431` with `content-length: 0` and no
+//! `content-type` (every error of this API's handlers has a JSON body).
+//! Everything else passes through untouched.
+//!
+//! Should a later actix-http answer them otherwise (with a body of its own,
+//! say), nothing breaks: the answer goes out as actix-http wrote it. The
+//! end-to-end tests in `tests/abuse.rs` send both errors to the real server
+//! and assert the JSON bodies, so such a change is seen the day it lands.
 
 use std::io;
 use std::pin::Pin;
@@ -18,16 +29,15 @@ use std::task::{Context, Poll, ready};
 use actix_web::rt::net::TcpStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// actix-http's `400` for a request head it could not parse.
-const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n";
-/// actix-http's `431` for a request head larger than its buffer.
-const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n";
-
-/// The JSON body of actix-http's `400`.
+/// The JSON body of a `400` actix-http answered itself.
 const BAD_REQUEST_BODY: &str =
     r#"{"detail":"Bad Request: the request line or headers could not be parsed"}"#;
-/// The JSON body of actix-http's `431`.
+/// The JSON body of a `431` actix-http answered itself.
 const TOO_LARGE_BODY: &str = r#"{"detail":"Request Header Fields Too Large: the request head has more than 96 header fields or exceeds 128 KiB"}"#;
+
+/// The longest head an early error has: the status line, `content-length`,
+/// `connection` and `date` are well under this many bytes.
+const LONGEST_HEAD: usize = 512;
 
 /// A connection whose early errors get JSON bodies (see the module's doc).
 pub struct JsonEarlyErrors<T = TcpStream> {
@@ -53,49 +63,70 @@ impl<T> JsonEarlyErrors<T> {
     }
 }
 
-/// The rewrite, if `buf` begins with one of actix-http's bodiless errors
-/// whose whole head it holds: how many bytes of `buf` it replaces, and what
-/// replaces them.
-fn rewrite(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
-    let (prefix, body) = if buf.starts_with(BAD_REQUEST) {
-        (BAD_REQUEST, BAD_REQUEST_BODY)
-    } else if buf.starts_with(TOO_LARGE) {
-        (TOO_LARGE, TOO_LARGE_BODY)
-    } else {
-        return None;
+/// One of actix-http's bodiless errors, read as a response head (not
+/// matched byte for byte): an HTTP/1 status line with `400` or `431`, then
+/// header lines of which one is `content-length: 0` (any case) and none a
+/// `content-type`, ending the buffer with the head's blank line. What it is
+/// answered with: the same status line and headers, its length and type
+/// replaced, and the JSON body.
+fn early_error(head: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(head).ok()?;
+    let text = text.strip_suffix("\r\n\r\n")?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next()?;
+    let rest = status_line
+        .strip_prefix("HTTP/1.1 ")
+        .or_else(|| status_line.strip_prefix("HTTP/1.0 "))?;
+    let body = match rest.split(' ').next()? {
+        "400" => BAD_REQUEST_BODY,
+        "431" => TOO_LARGE_BODY,
+        _ => return None,
     };
-    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    // The status line, then our two headers in place of `content-length: 0`,
-    // then actix's other headers (connection, date), then the body.
-    let status_line = prefix.len() - b"content-length: 0\r\n".len();
-    let mut answer = Vec::with_capacity(end + 64 + body.len());
-    answer.extend_from_slice(&buf[..status_line]);
-    answer.extend_from_slice(b"content-type: application/json\r\n");
-    answer.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
-    answer.extend_from_slice(&buf[prefix.len()..end]);
-    answer.extend_from_slice(body.as_bytes());
-    Some((end, answer))
+    let mut others = Vec::new();
+    let mut empty = false;
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        if name.eq_ignore_ascii_case("content-type") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            empty = value.trim() == "0";
+            if !empty {
+                return None;
+            }
+        } else {
+            others.push(line);
+        }
+    }
+    if !empty {
+        return None;
+    }
+    let mut answer = format!(
+        "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for line in others {
+        answer.push_str(line);
+        answer.push_str("\r\n");
+    }
+    answer.push_str("\r\n");
+    answer.push_str(body);
+    Some(answer.into_bytes())
 }
 
-/// Where in `buf` one of actix-http's bodiless errors begins, if it does: it
-/// is always the last answer of its connection, so it ends the buffer, and a
-/// buffer that does not end a head (`\r\n\r\n`; every answer with a body
-/// ends with its body) is not searched. So a `GET` costs one comparison of
-/// four bytes here.
-fn find_error(buf: &[u8]) -> Option<usize> {
+/// Where in `buf` one of actix-http's bodiless errors begins, and what replaces
+/// it from there to the end: it is always the last answer of its connection,
+/// so it ends the buffer, and a buffer that does not end a head (`\r\n\r\n`;
+/// every answer with a body ends with its body) is not searched. So a `GET`
+/// costs one comparison of four bytes here.
+fn find_error(buf: &[u8]) -> Option<(usize, Vec<u8>)> {
     if !buf.ends_with(b"\r\n\r\n") {
         return None;
     }
-    // The head holds the status line, `content-length`, `connection` and
-    // `date`: well under this many bytes.
-    const LONGEST_HEAD: usize = 256;
     let from = buf.len().saturating_sub(LONGEST_HEAD);
-    let tail = &buf[from..];
-    [BAD_REQUEST, TOO_LARGE]
-        .iter()
-        .filter_map(|head| tail.windows(head.len()).position(|w| w == *head))
-        .min()
-        .map(|at| from + at)
+    (from..buf.len())
+        .filter(|&at| buf[at..].starts_with(b"HTTP/1."))
+        .find_map(|at| Some((at, early_error(&buf[at..])?)))
 }
 
 impl<T: AsyncWrite + Unpin> JsonEarlyErrors<T> {
@@ -135,16 +166,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for JsonEarlyErrors<T> {
         match find_error(buf) {
             // The bytes before the error go out as they are; the error comes
             // at the start of the next write.
-            Some(0) => {}
-            Some(at) => return Pin::new(&mut this.io).poll_write(cx, &buf[..at]),
-            None => return Pin::new(&mut this.io).poll_write(cx, buf),
-        }
-        match rewrite(buf) {
-            Some((replaced, answer)) => {
+            Some((at, _)) if at > 0 => Pin::new(&mut this.io).poll_write(cx, &buf[..at]),
+            Some((_, answer)) => {
                 this.pending = answer;
                 // Taken: it is written by this call or the next ones, before anything else.
                 let _ = this.poll_pending(cx)?;
-                Poll::Ready(Ok(replaced))
+                Poll::Ready(Ok(buf.len()))
             }
             None => Pin::new(&mut this.io).poll_write(cx, buf),
         }
@@ -180,11 +207,11 @@ mod tests {
                 "HTTP/1.1 431 Request Header Fields Too Large",
                 TOO_LARGE_BODY,
             ),
+            ("HTTP/1.0 400 Bad Request", BAD_REQUEST_BODY),
         ] {
             let written = actix_error(status_line);
-            assert_eq!(find_error(&written), Some(0));
-            let (replaced, answer) = rewrite(&written).unwrap();
-            assert_eq!(replaced, written.len());
+            let (at, answer) = find_error(&written).unwrap();
+            assert_eq!(at, 0);
             let answer = String::from_utf8(answer).unwrap();
             let expected = format!(
                 "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
@@ -198,20 +225,39 @@ mod tests {
     }
 
     #[test]
+    fn the_head_is_read_whatever_its_order_case_and_reason_phrase() {
+        let written =
+            format!("HTTP/1.1 400 Bad\r\n{DATE}Content-Length:0\r\nConnection: close\r\n\r\n");
+        let (_, answer) = find_error(written.as_bytes()).unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        assert_eq!(
+            answer,
+            format!(
+                "HTTP/1.1 400 Bad\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 {DATE}Connection: close\r\n\r\n{BAD_REQUEST_BODY}",
+                BAD_REQUEST_BODY.len()
+            )
+        );
+    }
+
+    #[test]
     fn an_error_after_pipelined_answers_is_found_where_it_begins() {
         let mut written = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec();
         let at = written.len();
         written.extend(actix_error("HTTP/1.1 400 Bad Request"));
-        assert_eq!(find_error(&written), Some(at));
+        assert_eq!(find_error(&written).map(|(at, _)| at), Some(at));
     }
 
     #[test]
     fn every_other_answer_passes_untouched() {
-        // A handler's 400 has a JSON body; a HEAD's answer has its GET's length.
+        // A handler's 400 has a JSON body; a HEAD's answer has its GET's
+        // length; an error with a type of its own is someone's answer.
         for written in [
             &b"HTTP/1.1 400 Bad Request\r\ncontent-length: 20\r\n\r\n{\"detail\":\"bad\"}    "[..],
             b"HTTP/1.1 400 Bad Request\r\ncontent-length: 20\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n",
             b"data: HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n",
         ] {
             assert_eq!(
