@@ -141,13 +141,10 @@ impl ExecutorHealth {
         }
     }
 
-    /// The string stored in `job.executor_health`.
+    /// The string stored in `job.executor_health`: its
+    /// [`ExecutorHealthKind`](crate::report::ExecutorHealthKind)'s.
     pub const fn as_str(&self) -> &'static str {
-        match self {
-            Self::Healthy => "healthy",
-            Self::Unhealthy { .. } => "unhealthy",
-            Self::Unknown { .. } => "unknown",
-        }
+        crate::report::ExecutorHealthKind::of(self).as_str()
     }
 
     /// The reason stored in `job.executor_health_reason`: `unhealthy`'s and

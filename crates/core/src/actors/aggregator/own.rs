@@ -22,6 +22,9 @@ pub(super) struct OwnRow {
     /// The row as the report shows it: the latest verdict, its
     /// `checked_at`, and the latest heartbeat.
     pub(super) row: job::Model,
+    /// The latest verdict, typed: what `row`'s `executor_health` column
+    /// says, kept as it came rather than parsed back from the row.
+    health: ExecutorHealth,
     /// The verdict changed since the last heartbeat: its `checked_at` is still
     /// the moment it was made, and the next heartbeat leaves it there.
     pub(super) fresh: bool,
@@ -65,6 +68,7 @@ impl OwnRow {
                 executor_instance: instance,
                 executor_health_checked_at: None,
             },
+            health: ExecutorHealth::default(),
             fresh: false,
             version: 0,
             written: 0,
@@ -77,9 +81,7 @@ impl OwnRow {
     }
 
     pub(super) fn health(&self) -> ExecutorHealth {
-        self.row
-            .executor_health()
-            .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()))
+        self.health.clone()
     }
 
     /// The row's identity in the history.
@@ -115,6 +117,7 @@ impl OwnRow {
         note: Option<&str>,
         checked_at: Option<DateTime<Utc>>,
     ) {
+        self.health = health.clone();
         self.row.executor_health = health.as_str().to_owned();
         self.row.executor_health_reason = reason_column(health, note);
         self.row.executor_health_checked_at = checked_at;
@@ -187,6 +190,10 @@ impl Aggregator {
                     own.version = 1;
                 }
                 (_, Some(written)) => {
+                    // What the table holds, read once as it enters.
+                    own.health = written
+                        .executor_health()
+                        .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()));
                     own.row.executor_health = written.executor_health.clone();
                     own.row.executor_health_reason = written.executor_health_reason.clone();
                     own.row.executor_health_checked_at = written.executor_health_checked_at;
