@@ -19,6 +19,7 @@
 //!
 //! The worker ping over the same connection is in [`ping`].
 
+mod held;
 mod ping;
 mod subscription;
 
@@ -35,7 +36,8 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, Answers, BrokerProbe, Reason, Watched};
+use crate::broker::held::Listener;
+use crate::broker::{self, Answers, BrokerProbe, Reason};
 use crate::detail::QueueDepth;
 use crate::events::WorkerEvents;
 use crate::ping::{Pidbox, Unsent};
@@ -44,7 +46,6 @@ use crate::url::{AmqpBroker, TlsOptions};
 use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
-use tokio_stream::StreamExt;
 
 /// The name RabbitMQ's management UI shows for our connection.
 const CONNECTION_NAME: &str = "overseer health check";
@@ -167,48 +168,9 @@ impl AmqpCheck {
             Some(options) => Some(self.tls_config(options)?),
             None => None,
         };
-        Ok(tokio::spawn(async move {
-            let properties =
-                ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
-            match tls_config {
-                None => Connection::connect_uri(uri, properties).await,
-                Some(config) => {
-                    DefaultConnectionBuilder::new()?
-                        .with_uri(uri)
-                        .with_properties(properties)
-                        .with_tls_config(config)
-                        .connect()
-                        .await
-                }
-            }
-        }))
-    }
-
-    /// A connection of a watcher's or subscription's own, called `name`
-    /// ([`BrokerProbe::watch`], [`BrokerProbe::subscribe`]): heartbeats every
-    /// `heartbeat` seconds, so a broker that stops answering without closing
-    /// is an error within two of them.
-    async fn held_connection(&self, name: &str, heartbeat: u16) -> Option<Connection> {
-        let mut uri = self.uri.clone();
-        uri.query.heartbeat = Some(heartbeat);
-        let properties = ConnectionProperties::default().with_connection_name(name.into());
-        let connecting = async {
-            match &self.tls {
-                None => Connection::connect_uri(uri, properties).await.ok(),
-                Some(options) => DefaultConnectionBuilder::new()
-                    .ok()?
-                    .with_uri(uri)
-                    .with_properties(properties)
-                    .with_tls_config(self.tls_config(options).ok()?)
-                    .connect()
-                    .await
-                    .ok(),
-            }
-        };
-        tokio::time::timeout(WATCH_CONNECT, connecting)
-            .await
-            .ok()
-            .flatten()
+        let properties =
+            ConnectionProperties::default().with_connection_name(CONNECTION_NAME.into());
+        Ok(tokio::spawn(open(uri, properties, tls_config)))
     }
 
     /// lapin's TLS settings from `options`: the CA bundle (added to the system's
@@ -390,25 +352,6 @@ impl AmqpCheck {
     }
 }
 
-/// The heartbeat, in seconds, of a watcher's connection: missed twice, lapin
-/// reports the connection lost.
-const WATCH_HEARTBEAT: u16 = 1;
-/// The heartbeat, in seconds, of an event subscription's connection. Longer
-/// than the watch's: the watch says a broker is gone; the subscription only
-/// needs to know that it still hears, and a 1 s heartbeat missed on a loaded
-/// host (a worker's shutdown takes both cores for a moment) would turn every
-/// worker `unknown` for a reconnect. A broker that closes the socket is lost
-/// at once either way.
-const EVENTS_HEARTBEAT: u16 = 5;
-/// How long a watcher waits for its connection.
-const WATCH_CONNECT: Duration = Duration::from_secs(3);
-/// What RabbitMQ's management UI calls a watcher's connection.
-const WATCH_CONNECTION_NAME: &str = "overseer-watch";
-/// What it calls an event subscription's connection.
-const EVENTS_CONNECTION_NAME: &str = "overseer-events";
-/// How often a held connection's status is looked at, beside its events (an
-/// error lapin reported before the listener was there is not sent again).
-const STATUS_EVERY: Duration = Duration::from_secs(1);
 #[async_trait::async_trait]
 impl BrokerProbe for AmqpCheck {
     /// Opens (or reuses) the connection and a channel, and declares each queue
@@ -453,48 +396,39 @@ impl BrokerProbe for AmqpCheck {
             })
     }
 
-    /// Holds a heartbeating connection of its own: the first error lapin reports
-    /// on it (closed by the broker, the socket gone, heartbeats missed) rings the
-    /// alarm, as [`Watched`] says, and so does its return.
+    /// Holds a heartbeating connection of its own ([`held`]).
     async fn watch(&self, alarm: Alarm, answers: Answers) {
-        let mut watched = Watched::new(&alarm, &self.identity, &answers);
-        loop {
-            let Some(conn) = self
-                .held_connection(WATCH_CONNECTION_NAME, WATCH_HEARTBEAT)
-                .await
-            else {
-                watched.unreachable();
-                watched.wait(Duration::ZERO).await;
-                continue;
-            };
-            let connected = Instant::now();
-            watched.connected();
-            until_lost(&conn).await;
-            watched.lost();
-            drop(conn);
-            watched.wait(connected.elapsed()).await;
-        }
+        let link = held::Watch(self);
+        broker::held::drive(link, Listener::Watch(alarm), &self.identity, &answers).await;
     }
 
     /// The workers' events, from a queue of Overseer's own ([`subscription`]).
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
-        subscription::run(self, index, events, answers).await;
+        let link = subscription::Subscription {
+            check: self,
+            index,
+            events: Arc::clone(&events),
+        };
+        let listener = Listener::Events { index, events };
+        broker::held::drive(link, listener, &self.identity, &answers).await;
     }
 }
 
-/// Waits until `conn` is lost: lapin reports an error on it, or its status
-/// says it is no longer connected.
-async fn until_lost(conn: &Connection) {
-    let mut events = std::pin::pin!(conn.events_listener());
-    let mut status = tokio::time::interval(STATUS_EVERY);
-    loop {
-        tokio::select! {
-            event = events.next() => if matches!(event, None | Some(lapin::Event::Error(_))) {
-                return;
-            },
-            _ = status.tick() => if !conn.status().connected() {
-                return;
-            },
+/// Opens a connection to `uri`, over TLS with `tls`.
+async fn open(
+    uri: AMQPUri,
+    properties: ConnectionProperties,
+    tls: Option<OwnedTLSConfig>,
+) -> lapin::Result<Connection> {
+    match tls {
+        None => Connection::connect_uri(uri, properties).await,
+        Some(config) => {
+            DefaultConnectionBuilder::new()?
+                .with_uri(uri)
+                .with_properties(properties)
+                .with_tls_config(config)
+                .connect()
+                .await
         }
     }
 }

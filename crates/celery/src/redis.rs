@@ -24,6 +24,7 @@
 mod ping;
 mod sentinel;
 mod subscription;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,9 +37,10 @@ use redis::{
 use tokio::sync::Mutex;
 use tokio::time::{Instant, timeout_at};
 
-use crate::broker::{self, Answers, BrokerProbe, Reason, Watched, timed_out};
+use crate::broker::held::{self, Listener};
+use crate::broker::{self, Answers, BrokerProbe, Reason, timed_out};
 use crate::detail::QueueDepth;
-use crate::events::WorkerEvents;
+use crate::events::{self, WorkerEvents};
 use crate::ping::{Pidbox, Unsent};
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
@@ -535,75 +537,33 @@ impl BrokerProbe for RedisCheck {
             .map_err(|e| e.map(|e| self.scrub(format!("broker {}: {e}", self.identity))))
     }
 
-    /// Blocks on a key nobody writes (`BLPOP`, [`WATCH_WAIT`] at a time) over a
-    /// connection of its own: a broker that dies closes it, and the blocked
-    /// command fails at once; one that stops answering misses the reply's due
-    /// time ([`WATCH_WAIT`] and [`REDIS_TIMEOUT_LAG`] and [`WATCH_GRACE`]). Either
-    /// rings the alarm, as [`Watched`] says, and so does its return.
+    /// Blocks on a key nobody writes, over a connection of its own ([`watch`]).
     async fn watch(&self, alarm: Alarm, answers: Answers) {
         let key = format!("_overseer.watch.{}", uuid::Uuid::new_v4().simple());
-        let mut watched = Watched::new(&alarm, &self.identity, &answers);
-        'connecting: loop {
-            let deadline = Instant::now() + WATCH_CONNECT;
-            let Ok(mut conn) = self.connect(deadline, WATCH_CONNECT).await else {
-                // Not answering: the polls say why.
-                watched.unreachable();
-                watched.wait(Duration::ZERO).await;
-                continue;
-            };
-            let connected = Instant::now();
-            watched.connected();
-            loop {
-                let due = Instant::now() + WATCH_WAIT + REDIS_TIMEOUT_LAG + WATCH_GRACE;
-                let popped: Result<redis::RedisResult<Value>, _> = timeout_at(
-                    due,
-                    redis::cmd("BLPOP")
-                        .arg(&key)
-                        .arg(WATCH_WAIT.as_secs_f64())
-                        .query_async(&mut conn),
-                )
-                .await;
-                match popped {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) if e.code().is_some() && !e.is_connection_dropped() => {
-                        // The broker answered, with an error: news for a
-                        // poll, at the back-off's pace, which no poll's
-                        // answer can hasten.
-                        watched.refused();
-                        watched.wait_out().await;
-                        continue 'connecting;
-                    }
-                    _ => {
-                        watched.lost();
-                        break;
-                    }
-                }
-            }
-            watched.wait(connected.elapsed()).await;
-        }
+        let link = watch::Watch { check: self, key };
+        held::drive(link, Listener::Watch(alarm), &self.identity, &answers).await;
     }
 
     /// The workers' events, by a pattern subscription ([`subscription`]).
     async fn subscribe(&self, index: usize, events: Arc<WorkerEvents>, answers: Answers) {
-        subscription::run(self, index, events, answers).await;
+        let pattern = format!("/{}.{}/worker.*", self.db, events::EXCHANGE);
+        let link = subscription::Subscription {
+            check: self,
+            index,
+            events: Arc::clone(&events),
+            pattern,
+        };
+        let listener = Listener::Events { index, events };
+        held::drive(link, listener, &self.identity, &answers).await;
     }
 }
 
-/// How long a watch's `BLPOP` blocks: the watched connection's heartbeat.
-const WATCH_WAIT: Duration = Duration::from_secs(1);
-/// Beyond [`WATCH_WAIT`] and [`REDIS_TIMEOUT_LAG`], how late the empty answer may
-/// be before the broker counts as not answering.
-const WATCH_GRACE: Duration = Duration::from_millis(500);
-/// How long a watch waits for a connection (its driver's response timeout too,
-/// which must outlast a blocked [`WATCH_WAIT`]).
-const WATCH_CONNECT: Duration = Duration::from_secs(3);
-
-/// How late Redis may answer a blocking command whose own timeout ran out. It
-/// notices at the next turn of its event loop, which an idle server takes every
-/// `1/hz` seconds: 100 ms at the default `hz 10`; and a little for the reply
-/// to travel. A blocking wait is sent this much shorter than the time it may
-/// take, so that its empty answer is never mistaken for a broker that stopped
-/// answering.
+/// How late Redis may answer a blocking command whose own timeout ran out (the
+/// worker ping's answers, the watch's `BLPOP`). It notices at the next turn of
+/// its event loop, which an idle server takes every `1/hz` seconds: 100 ms at
+/// the default `hz 10`; and a little for the reply to travel. A blocking wait
+/// is sent this much shorter than the time it may take, so that its empty
+/// answer is never mistaken for a broker that stopped answering.
 pub(super) const REDIS_TIMEOUT_LAG: Duration = Duration::from_millis(120);
 
 /// The first element of a `ROLE` reply: `master`, `slave` or `sentinel`.

@@ -23,17 +23,24 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection};
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::time::{Instant, timeout};
 use tokio_stream::{Stream as _, StreamExt};
 
-use super::{
-    AmqpCheck, EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT, STATUS_EVERY, WATCH_CONNECT,
-    declare_passive,
-};
-use crate::broker::{Answers, Retry};
+use super::held::{HELD_CONNECT, STATUS_EVERY};
+use super::{AmqpCheck, declare_passive};
+use crate::broker::held::{Ended, Link, Refusal};
 use crate::events::{self, Event, WorkerEvents};
 use overseer_core::secret::scrub_with;
 
+/// The heartbeat, in seconds, of an event subscription's connection. Longer
+/// than the watch's: the watch says a broker is gone; the subscription only
+/// needs to know that it still hears, and a 1 s heartbeat missed on a loaded
+/// host (a worker's shutdown takes both cores for a moment) would turn every
+/// worker `unknown` for a reconnect. A broker that closes the socket is lost
+/// at once either way.
+const EVENTS_HEARTBEAT: u16 = 5;
+/// What RabbitMQ's management UI calls an event subscription's connection.
+const EVENTS_CONNECTION_NAME: &str = "overseer-events";
 /// How long a subscription lets events gather before it takes them. Each
 /// event woke three threads (lapin's, a runtime worker, back to lapin's); taken
 /// in batches, 1,000 workers' heartbeats cost a wake per batch. A heartbeat is
@@ -94,70 +101,58 @@ fn judge(backlog: u32, taken: u64, elapsed: Duration) -> Backlog {
     Backlog::Waiting
 }
 
-/// Consumes the `worker` group of Celery's events from a queue of its own
-/// (exclusive, auto-delete) bound to the `celeryev` topic exchange for
-/// `worker.#`, on a heartbeating connection of its own.
-pub(super) async fn run(
-    check: &AmqpCheck,
-    index: usize,
-    events: Arc<WorkerEvents>,
-    answers: Answers,
-) {
-    let mut retry = Retry::new(&answers);
-    let mut told = false;
-    loop {
-        let Some(conn) = check
+/// The subscription's connection to one broker, for broker `index`'s events:
+/// the `worker` group of Celery's events, from a queue of its own (exclusive,
+/// auto-delete) bound to the `celeryev` topic exchange for `worker.#`, on a
+/// heartbeating connection of its own.
+pub(super) struct Subscription<'a> {
+    pub(super) check: &'a AmqpCheck,
+    pub(super) index: usize,
+    pub(super) events: Arc<WorkerEvents>,
+}
+
+impl Link for Subscription<'_> {
+    type Conn = (Connection, Subscribed);
+
+    async fn connect(&mut self) -> Result<Self::Conn, Ended> {
+        let check = self.check;
+        let conn = check
             .held_connection(EVENTS_CONNECTION_NAME, EVENTS_HEARTBEAT)
             .await
-        else {
-            retry.wait(Duration::ZERO).await;
-            continue;
-        };
-        let connected = Instant::now();
-        match timeout_at(connected + WATCH_CONNECT, consume(&conn)).await {
-            Ok(Ok(subscribed)) => {
-                events.listening(index);
-                listen(check, index, &events, &conn, subscribed).await;
-                events.deaf(index);
-                tracing::debug!(broker = %check.identity, "the workers' events subscription ended");
-            }
+            .map_err(|reason| Ended::Gone(Some(reason)))?;
+        match timeout(HELD_CONNECT, consume(&conn)).await {
+            Ok(Ok(subscribed)) => Ok((conn, subscribed)),
+            // The user may not use `celeryev` (its permissions or topic
+            // permissions).
             Ok(Err(e)) if e.to_string().contains("ACCESS_REFUSED") => {
-                // The user may not use `celeryev` (its permissions or topic
-                // permissions): no poll's answer changes that; said once,
-                // asked again at the longest back-off.
-                let reason = scrub_with(&e.to_string(), &[&check.password]);
-                if !told {
-                    told = true;
-                    tracing::warn!(broker = %check.identity, %reason, "the broker refuses the subscription to the workers' heartbeats; gone workers are not watched on it");
-                }
-                events.cannot_listen(
-                    index,
-                    format!(
+                Err(Ended::Refused(Refusal {
+                    reason: scrub_with(&e.to_string(), &[&check.password]),
+                    warning: "the broker refuses the subscription to the workers' heartbeats; \
+                              gone workers are not watched on it",
+                    note: format!(
                         "broker {} refuses the subscription to the workers' heartbeats \
                          (ACCESS_REFUSED: the user may not use exchange {})",
                         check.identity,
                         events::EXCHANGE
                     ),
-                );
-                drop(conn);
-                retry.wait_out().await;
-                continue;
+                }))
             }
-            Ok(Err(e)) => {
-                let reason = scrub_with(&e.to_string(), &[&check.password]);
-                tracing::debug!(broker = %check.identity, %reason, "could not subscribe to the workers' events");
-            }
-            Err(_) => {
-                tracing::debug!(broker = %check.identity, "could not subscribe to the workers' events in time");
-            }
+            Ok(Err(e)) => Err(Ended::Gone(Some(scrub_with(
+                &format!("broker {}: {e}", check.identity),
+                &[&check.password],
+            )))),
+            Err(_) => Err(Ended::Gone(Some(check.timed_out(HELD_CONNECT)))),
         }
-        drop(conn);
-        retry.wait(connected.elapsed()).await;
+    }
+
+    async fn hold(&mut self, (conn, subscribed): Self::Conn) -> Ended {
+        listen(self.check, self.index, &self.events, &conn, subscribed).await;
+        Ended::Gone(None)
     }
 }
 
 /// A subscription's queue and its consumer.
-struct Subscribed {
+pub(super) struct Subscribed {
     channel: Channel,
     queue: String,
     consumer: lapin::Consumer,
