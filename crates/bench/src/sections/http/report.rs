@@ -15,17 +15,7 @@ use crate::stats::{Summary, count, num, ratio};
 
 /// The section's Markdown.
 pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String> {
-    let Measured {
-        targets,
-        migrate_seconds,
-        peak_reset,
-        sizes,
-        sse,
-        notes,
-        overseer_health,
-        airflow_version,
-    } = measured;
-    let airflow_ran = targets.iter().any(|t| t.airflow);
+    let airflow_ran = measured.targets.iter().any(|t| t.airflow);
     let mut body = format!(
         "The release `overseer serve`{} reading one Postgres database of the benchmark's own: \
          {} with Overseer's four columns, one running scheduler, triggerer and DAG processor row \
@@ -45,7 +35,7 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
         } else {
             String::new()
         },
-        match migrate_seconds {
+        match measured.migrate_seconds {
             Some(s) => format!(
                 "Airflow's own `job` table, made by `airflow db migrate` ({} s here),",
                 num(s, 0)
@@ -55,15 +45,16 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
         plan.http_warmup,
         count(plan.runs, "run"),
         plan.http_seconds,
-        if peak_reset {
+        if measured.peak_reset {
             "reset before each run through `/proc/PID/clear_refs`; for Airflow the sum over its processes"
         } else {
             "its lifetime peak: resetting it was refused here"
         },
-        sizes.join(", "),
+        measured.sizes.join(", "),
     );
     let health_rps = |connections: u32| {
-        targets
+        measured
+            .targets
             .iter()
             .find(|t| t.label.starts_with("Overseer `/api/v2/monitor/health"))
             .and_then(|t| t.summary(connections, |r| r.load.rps))
@@ -71,7 +62,7 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
     };
     let mut rows = Vec::new();
     for &connections in &plan.http_connections {
-        for target in &targets {
+        for target in &measured.targets {
             let rps = target.summary(connections, |r| r.load.rps);
             let errors: Vec<String> = target
                 .at(connections)
@@ -120,16 +111,16 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
         ],
         &rows,
     ));
-    body.push_str(&bare_ratio_table(plan, &targets));
-    body.push_str(&sse);
-    for note in &notes {
+    body.push_str(&bare_ratio_table(plan, &measured.targets));
+    body.push_str(&measured.sse);
+    for note in &measured.notes {
         let _ = writeln!(body, "\n> {}\n", note.replace('\n', "\n> "));
     }
     let chart_rows = |value: &dyn Fn(&Run) -> f64| -> Vec<RangeRow> {
         plan.http_connections
             .iter()
             .flat_map(|&c| {
-                targets.iter().filter_map(move |t| {
+                measured.targets.iter().filter_map(move |t| {
                     Some(RangeRow {
                         label: format!(
                             "{} · {c} conn.",
@@ -173,9 +164,15 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
 
     let first = plan.http_connections[0];
     let median = |t: &Target, f: &dyn Fn(&Run) -> f64| t.summary(first, f).map(|s| s.median);
-    let health = targets.iter().find(|t| t.url == overseer_health);
-    let ceiling = targets.iter().find(|t| t.url.ends_with("/version"));
-    let airflow = targets.iter().find(|t| t.airflow);
+    let health = measured
+        .targets
+        .iter()
+        .find(|t| t.url == measured.overseer_health);
+    let ceiling = measured
+        .targets
+        .iter()
+        .find(|t| t.url.ends_with("/version"));
+    let airflow = measured.targets.iter().find(|t| t.airflow);
     if let (Some(h), Some(c)) = (health, ceiling) {
         let (hr, cr) = (median(h, &|r| r.load.rps), median(c, &|r| r.load.rps));
         let hp = median(h, &|r| r.load.p99_ms);
@@ -210,7 +207,7 @@ pub(super) fn body(plan: &Plan, out: &Out, measured: Measured) -> Result<String>
         body.push_str(&line);
         body.push('\n');
     }
-    if let Some(version) = airflow_version {
+    if let Some(version) = measured.airflow_version {
         let _ = writeln!(
             body,
             "\n<sub>Airflow's API server reported version {version}.</sub>"
