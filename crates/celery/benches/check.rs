@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings};
-use overseer_core::{ExecutorHealth, HealthCheck};
+use overseer_core::ExecutorHealth;
 
 /// Runs per figure for our check (cheap).
 const OURS_RUNS: usize = 20;
@@ -46,9 +46,10 @@ fn check(url: &str, worker_ping: bool) -> CeleryCheck {
 
 async fn time_check(check: &CeleryCheck) -> Duration {
     let started = Instant::now();
-    let health = check.get_health().await;
+    let probe = check.probe().await;
+    let health = probe.observation().health;
     let took = started.elapsed();
-    assert_eq!(health, ExecutorHealth::Healthy, "{:?}", check.latest());
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
     took
 }
 

@@ -2,18 +2,19 @@
 //! answer, the depth and consumers of each configured queue, the workers that
 //! answered the ping and the queues each consumes.
 //!
-//! One model, two views. The check keeps the latest [`Probe`] whole, for its holder
-//! ([`crate::CeleryCheck::latest`]: the tests, the benchmark), with what only this
-//! crate knows (each broker's status, the ping's errors). What the executor's actor
-//! judges and the report shows is core's [`Detail`], projected from the probe
-//! ([`Probe::detail`]) and returned with the verdict
-//! ([`overseer_core::HealthCheck::observe`]); it is derived, never kept beside.
+//! One model, two views. A run of the check makes a [`Probe`] whole
+//! ([`crate::CeleryCheck::probe`]: what the tests and the benchmark read), with
+//! what only this crate knows (each broker's status, the ping's errors). What the
+//! executor's actor judges and the report shows is core's [`Detail`], projected
+//! from the probe ([`Probe::detail`]) and returned with the verdict
+//! ([`Probe::observation`], what [`overseer_core::HealthCheck::observe`] returns);
+//! it is derived, never kept beside.
 //! Every string in either is safe to show: brokers appear by their identity, never
 //! with credentials.
 
 use chrono::{DateTime, Utc};
-use overseer_core::ExecutorHealth;
 use overseer_core::detail::{Detail, EventsDetail, QueueDetail, WorkerDetail};
+use overseer_core::{ExecutorHealth, Observation, reason};
 use serde::Serialize;
 
 /// The outcome of one check of a Celery executor.
@@ -45,6 +46,24 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// What the executor's actor gets of this probe: its verdict and its
+    /// [`Self::detail`], and for a healthy verdict its reason as a note (the
+    /// failover brokers that did not answer). The reason and note were
+    /// sanitised by the verdict; again here, at the check's exit, whatever path
+    /// made them.
+    pub fn observation(&self) -> Observation {
+        let detail = self.detail();
+        let note = (self.health == ExecutorHealth::Healthy)
+            .then(|| self.reason.clone())
+            .flatten();
+        reason::sanitise_observation(Observation {
+            health: self.health.clone(),
+            detail: (!detail.is_empty()).then_some(detail),
+            note,
+            pending: self.pending,
+        })
+    }
+
     /// The evidence for core's rules on work flowing ([`overseer_core::flow`]) and
     /// the report: each configured queue on each broker that answered, and, when the
     /// ping heard from at least one broker, the workers that answered it. Airflow's

@@ -20,9 +20,9 @@
 //! - [`url`]: broker URLs as kombu parses them ([`BrokerUrl::parse`]), failover lists,
 //!   sentinel lists, the instance identity.
 //! - [`check`]: [`CeleryCheck`], which probes every broker of a URL at once, pings the
-//!   workers, returns its verdict with the evidence (core's `Detail`: queues, consumers,
-//!   workers) and keeps the latest [`Probe`]; and [`executor`], what the composition
-//!   root calls.
+//!   workers, and returns what it found as a [`Probe`], its verdict with the evidence
+//!   (core's `Detail`: queues, consumers, workers); and [`executor`], what the
+//!   composition root calls.
 //! - `budget`: the deadlines one check derives from `poll_timeout`, and who bounds what.
 //! - `verdict`: the verdict over a failover list, from what brokers and workers answered.
 //! - `broker`: `BrokerProbe`, what every transport's check implements, and the

@@ -8,7 +8,6 @@ use crate::support;
 use std::time::Duration;
 
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings};
-use overseer_core::HealthCheck;
 use overseer_core::secret::SecretUrl;
 use support::{Logs, ThrowawayRedis};
 
@@ -51,8 +50,8 @@ async fn no_password_appears_in_logs_verdicts_reasons_instances_or_json() {
             },
         )
         .unwrap();
-        let health = check.get_health().await;
-        let probe = check.latest().unwrap();
+        let probe = check.probe().await;
+        let health = probe.observation().health;
         verdicts.push(health.as_str());
         shown.push(format!("{health:?}"));
         shown.extend(health.reason().map(str::to_owned));

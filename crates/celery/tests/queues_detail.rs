@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings};
+use overseer_core::ExecutorHealth;
 use overseer_core::detail::{Detail, QueueDetail, WorkerDetail};
-use overseer_core::{ExecutorHealth, HealthCheck};
 use support::Worker;
 
 /// The supervisor's default timeout: leaves the ping its full 1 s window.
@@ -57,15 +57,11 @@ fn check(url: &str, names: &Names) -> CeleryCheck {
 
 /// The detail one poll gives, after checking its verdict is the broker's alone.
 async fn observed_detail(check: &CeleryCheck) -> Detail {
-    let observation = tokio::time::timeout(POLL_TIMEOUT, check.observe())
+    let probe = tokio::time::timeout(POLL_TIMEOUT, check.probe())
         .await
         .expect("the check answers within the poll's timeout");
-    assert_eq!(
-        observation.health,
-        ExecutorHealth::Healthy,
-        "{:?}",
-        check.latest()
-    );
+    let observation = probe.observation();
+    assert_eq!(observation.health, ExecutorHealth::Healthy, "{probe:?}");
     observation
         .detail
         .expect("a detail with queues and workers")

@@ -138,17 +138,14 @@ async fn a_listener_that_dies_under_a_poll_s_connection_is_refused_not_called_tl
         &["default"],
         Duration::from_secs(20),
     );
-    let polling = tokio::spawn(async move {
-        let health = check.get_health().await;
-        (health, check)
-    });
+    let polling = tokio::spawn(async move { (check.probe().await, check) });
     support::until_connected(port, Duration::from_secs(15)).await;
     drop(listener);
-    let (health, check) = polling.await.expect("the poll ends");
+    let (probe, check) = polling.await.expect("the poll ends");
     let refused = ExecutorHealth::unhealthy(format!(
         "broker amqp://127.0.0.1:{port}// refused the connection"
     ));
-    assert_eq!(health, refused, "{:?}", check.latest());
+    assert_eq!(probe.observation().health, refused, "{probe:?}");
     assert_eq!(check.get_health().await, refused, "the next poll");
 }
 

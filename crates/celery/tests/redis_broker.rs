@@ -99,14 +99,11 @@ async fn a_broker_killed_under_a_poll_s_connection_is_refused_not_called_tls() {
     // Frozen, it answers nothing, but its kernel still completes connections.
     server.signal("STOP");
     let check = support::check_within(&server.url(None, 0), &["default"], Duration::from_secs(20));
-    let polling = tokio::spawn(async move {
-        let health = check.get_health().await;
-        (health, check)
-    });
+    let polling = tokio::spawn(async move { (check.probe().await, check) });
     support::until_connected(port, Duration::from_secs(15)).await;
     server.kill();
-    let (health, check) = polling.await.expect("the poll ends");
-    assert_eq!(health, refused, "{:?}", check.latest());
+    let (probe, check) = polling.await.expect("the poll ends");
+    assert_eq!(probe.observation().health, refused, "{probe:?}");
     assert_eq!(check.get_health().await, refused, "the next poll");
 }
 

@@ -10,8 +10,8 @@ use overseer_celery::url::{AmqpBroker, CertReqs, RedisAddress, RedisBroker, Tran
 use overseer_celery::{
     AIRFLOW_DEFAULT_BROKER_URL, BrokerUrl, BrokerUrlError, CeleryCheck, CheckSettings,
 };
+use overseer_core::ExecutorHealth;
 use overseer_core::secret::SecretUrl;
-use overseer_core::{ExecutorHealth, HealthCheck};
 use proptest::prelude::*;
 
 /// Every accepted form, and the instance identity it gets.
@@ -356,16 +356,13 @@ async fn a_transport_without_a_check_is_unknown_and_says_which() {
     ] {
         let check =
             CeleryCheck::new(&BrokerUrl::parse(url).unwrap(), CheckSettings::default()).unwrap();
+        let probe = check.probe().await;
         assert_eq!(
-            check.get_health().await,
+            probe.observation().health,
             ExecutorHealth::unknown(reason),
             "{url}"
         );
-        assert_eq!(
-            check.latest().unwrap().reason.as_deref(),
-            Some(reason),
-            "{url}"
-        );
+        assert_eq!(probe.reason.as_deref(), Some(reason), "{url}");
     }
 }
 

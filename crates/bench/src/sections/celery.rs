@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use overseer_celery::{BrokerUrl, CeleryCheck, CheckSettings};
-use overseer_core::{ExecutorHealth, HealthCheck};
+use overseer_core::ExecutorHealth;
 
 use crate::chart::{self, BLUE, GREEN, GREY, ORANGE, RangeRow};
 use crate::plan::Plan;
@@ -67,10 +67,11 @@ fn check(url: &str, worker_ping: bool) -> Result<CeleryCheck> {
 /// One check, timed in ms; it must say healthy.
 async fn timed(check: &CeleryCheck) -> Result<f64> {
     let started = Instant::now();
-    let health = check.get_health().await;
+    let probe = check.probe().await;
+    let health = probe.observation().health;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     if health != ExecutorHealth::Healthy {
-        bail!("the check said {health:?}: {:?}", check.latest());
+        bail!("the check said {health:?}: {probe:?}");
     }
     Ok(ms)
 }

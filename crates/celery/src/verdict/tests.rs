@@ -1,7 +1,7 @@
 //! The verdict's rules on the brokers' and workers' answers.
 
 use super::*;
-use crate::check::tests::worker;
+use crate::check::ping::tests::worker;
 use overseer_core::detail::WorkerDetail;
 
 fn pinged(ping: &WorkerPing) -> Workers<'_> {

@@ -229,11 +229,10 @@ pub async fn poll_within(
     check: &overseer_celery::CeleryCheck,
     timeout: Duration,
 ) -> (overseer_core::ExecutorHealth, overseer_celery::Probe) {
-    use overseer_core::HealthCheck;
-    let health = tokio::time::timeout(timeout, check.get_health())
+    let probe = tokio::time::timeout(timeout, check.probe())
         .await
         .expect("the check answers within the poll's timeout, with its own reason");
-    (health, check.latest().expect("a probe after a poll"))
+    (probe.observation().health, probe)
 }
 
 /// Waits until a client's connection to loopback `port` is established (the
