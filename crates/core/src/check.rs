@@ -220,12 +220,17 @@ impl Executor {
         self
     }
 
-    /// `class` or `class @ instance`, for logs.
-    pub fn label(&self) -> String {
-        match &self.instance {
-            Some(instance) => format!("{} @ {instance}", self.executor_class),
-            None => self.executor_class.clone(),
+    /// Its identity in the job table: its class and its instance.
+    pub fn identity(&self) -> crate::storage::ExecutorIdentity {
+        crate::storage::ExecutorIdentity {
+            executor_class: self.executor_class.clone(),
+            instance: self.instance.clone(),
         }
+    }
+
+    /// `class` or `class @ instance`, for logs ([`Self::identity`]'s label).
+    pub fn label(&self) -> String {
+        self.identity().label()
     }
 
     /// A fresh check.

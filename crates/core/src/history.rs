@@ -277,7 +277,7 @@ pub async fn left_by_earlier_runs(
 pub async fn unsupervised_since_earlier_runs(
     db: &impl ConnectionTrait,
     hostname: &str,
-    keys: &[(String, Option<String>)],
+    keys: &[crate::storage::ExecutorIdentity],
     started: DateTime<Utc>,
     stale_after: Duration,
 ) -> Result<Vec<Transition>> {
@@ -290,7 +290,7 @@ pub async fn unsupervised_since_earlier_runs(
             let seen = left.last_seen?.max(t.at);
             let supervised = keys
                 .iter()
-                .any(|(executor, instance)| *executor == t.executor && *instance == t.instance);
+                .any(|k| k.executor_class == t.executor && k.instance == t.instance);
             (supervised && t.to != ExecutorHealthKind::Unknown && started - seen > stale_after)
                 .then(|| Transition {
                     from: t.to,

@@ -26,6 +26,8 @@
 mod start;
 mod thread;
 
+pub use crate::storage::ExecutorIdentity;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,13 +195,7 @@ impl OverseerBuilder {
         settings.check()?;
         let stats: Vec<(ExecutorIdentity, Arc<ExecutorStats>)> = executors
             .iter()
-            .map(|e| {
-                let identity = ExecutorIdentity {
-                    executor_class: e.executor_class.clone(),
-                    instance: e.instance.clone(),
-                };
-                (identity, Arc::new(ExecutorStats::default()))
-            })
+            .map(|e| (e.identity(), Arc::new(ExecutorStats::default())))
             .collect();
         let aggregator_stats = Arc::new(AggregatorStats::default());
         let checks = CheckThreads::start(CHECK_THREADS)
@@ -246,25 +242,6 @@ impl Settings {
             }
         }
         Ok(())
-    }
-}
-
-/// Which executor a set of counters belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutorIdentity {
-    /// `job.executor_class`: the executor's configured name.
-    pub executor_class: String,
-    /// `job.executor_instance`: what it watches (for Celery, the broker).
-    pub instance: Option<String>,
-}
-
-impl ExecutorIdentity {
-    /// `class` or `class @ instance`, for logs.
-    pub fn label(&self) -> String {
-        match &self.instance {
-            Some(instance) => format!("{} @ {instance}", self.executor_class),
-            None => self.executor_class.clone(),
-        }
     }
 }
 

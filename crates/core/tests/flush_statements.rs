@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use overseer_core::entity::job;
-use overseer_core::storage::{self, ExecutorKey, Session, VerdictRow};
+use overseer_core::storage::{self, ExecutorIdentity, Session, VerdictRow};
 use overseer_core::{Executor, ExecutorHealth, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
@@ -345,12 +345,10 @@ async fn scalar(conn: &DatabaseConnection, sql: &str) -> i64 {
 /// `n` executors registered for a session of their own.
 async fn registered(db: &TestDb, n: usize) -> (Session, Vec<i32>) {
     let session = Session::start(format!("sched-{n}"), "airflow");
-    let keys: Vec<ExecutorKey> = (0..n)
-        .map(|i| {
-            (
-                format!("e{i}:CeleryExecutor"),
-                Some(format!("redis://broker-{i}:6379/0")),
-            )
+    let keys: Vec<ExecutorIdentity> = (0..n)
+        .map(|i| ExecutorIdentity {
+            executor_class: format!("e{i}:CeleryExecutor"),
+            instance: Some(format!("redis://broker-{i}:6379/0")),
         })
         .collect();
     let ids = storage::register(&db.conn, &session, &keys).await.unwrap();

@@ -15,7 +15,7 @@ use overseer_core::entity::{history as history_row, job};
 use overseer_core::history::{self, HistoryFilter, HistoryReader, HistorySettings, Transition};
 use overseer_core::history::{HistoryWrite, flush_with_history};
 use overseer_core::report::{ExecutorHealthKind, ExecutorInstance, Status};
-use overseer_core::storage::{self, Session};
+use overseer_core::storage::{self, ExecutorIdentity, Session};
 use overseer_core::{Executor, ExecutorHealth, HealthReport, JobType, Overseer};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;
@@ -424,9 +424,13 @@ async fn a_transition_made_while_postgres_is_down_is_in_the_history_when_it_retu
 async fn one_executor_registered(db: &TestDb) -> Session {
     Migrator::up(&db.conn, None).await.unwrap();
     let session = Session::start("sched-1", "airflow");
-    storage::register(&db.conn, &session, &[("CeleryExecutor".into(), None)])
-        .await
-        .unwrap();
+    storage::register(
+        &db.conn,
+        &session,
+        &[ExecutorIdentity::new("CeleryExecutor", None)],
+    )
+    .await
+    .unwrap();
     session
 }
 
@@ -622,7 +626,10 @@ async fn a_running_overseer_prunes_the_history_and_a_zero_retention_keeps_it() {
 async fn a_new_run_reads_how_the_earlier_run_left_its_rows() {
     for db in overseer_testkit::all_backends().await {
         Migrator::up(&db.conn, None).await.unwrap();
-        let key = [("CeleryExecutor".to_owned(), Some(BROKER.to_owned()))];
+        let key = [ExecutorIdentity::new(
+            "CeleryExecutor",
+            Some(BROKER.to_owned()),
+        )];
         let down = storage_micros(Utc::now() - chrono::Duration::minutes(10));
         let earlier = Session {
             started: down - chrono::Duration::minutes(1),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{Timelike, Utc};
 use overseer_core::entity::job;
 use overseer_core::report::Status;
-use overseer_core::storage::{self, Session};
+use overseer_core::storage::{self, ExecutorIdentity, Session};
 use overseer_core::{Executor, ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::{TestDb, wait};
@@ -210,8 +210,8 @@ async fn a_restart_closes_the_rows_a_crash_left_open_and_only_those() {
             &db.conn,
             &crashed_session("sched-1"),
             &[
-                ("CeleryExecutor".into(), broker()),
-                ("team:my.BatchExecutor".into(), broker()),
+                ExecutorIdentity::new("CeleryExecutor", broker()),
+                ExecutorIdentity::new("team:my.BatchExecutor", broker()),
             ],
         )
         .await
@@ -220,7 +220,7 @@ async fn a_restart_closes_the_rows_a_crash_left_open_and_only_those() {
         let other_host = storage::register(
             &db.conn,
             &crashed_session("sched-2"),
-            &[("CeleryExecutor".into(), broker())],
+            &[ExecutorIdentity::new("CeleryExecutor", broker())],
         )
         .await
         .unwrap()[0];

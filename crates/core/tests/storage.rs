@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Timelike, Utc};
 use overseer_core::entity::job;
-use overseer_core::storage::{self, Session, VerdictRow};
+use overseer_core::storage::{self, ExecutorIdentity, Session, VerdictRow};
 use overseer_core::{ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::{TestDb, all_backends};
@@ -63,8 +63,8 @@ async fn a_registered_executor_row_reads_back_field_for_field() {
         let ids = storage::register(
             &db.conn,
             &session,
-            &[(
-                "alias:CeleryExecutor".into(),
+            &[ExecutorIdentity::new(
+                "alias:CeleryExecutor",
                 Some("redis://broker:6379/0".into()),
             )],
         )
@@ -199,9 +199,9 @@ async fn the_report_read_follows_airflows_rule_running_first_then_latest_heartbe
 async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
     for db in migrated().await {
         let session = Session::start("sched-1", "airflow");
-        let keys: Vec<(String, Option<String>)> = (0..3)
+        let keys: Vec<ExecutorIdentity> = (0..3)
             .map(|i| {
-                (
+                ExecutorIdentity::new(
                     format!("e{i}:CeleryExecutor"),
                     Some(format!("redis://b{i}:6379/0")),
                 )
@@ -302,8 +302,8 @@ async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps
             unixname: "airflow".into(),
             started: at(19, 0, 0, 0),
         };
-        let keys: Vec<(String, Option<String>)> = (0..3)
-            .map(|i| (format!("e{i}:CeleryExecutor"), None))
+        let keys: Vec<ExecutorIdentity> = (0..3)
+            .map(|i| ExecutorIdentity::new(format!("e{i}:CeleryExecutor"), None))
             .collect();
         let ids = storage::register(&db.conn, &session, &keys).await.unwrap();
         let verdict = |id: i32, health: ExecutorHealth, checked_at| VerdictRow {
@@ -386,7 +386,12 @@ async fn a_refresh_reads_other_sessions_rows_and_then_only_what_changed() {
             hostname: "sched-2".into(),
             ..ours.clone()
         };
-        let key = |class: &str| vec![(class.to_owned(), Some("redis://broker:6379/0".to_owned()))];
+        let key = |class: &str| {
+            vec![ExecutorIdentity::new(
+                class,
+                Some("redis://broker:6379/0".to_owned()),
+            )]
+        };
         let own = storage::register(&db.conn, &ours, &key("CeleryExecutor"))
             .await
             .unwrap();

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::queued::{QueuedBoard, Routes};
 use crate::report::HealthReport;
 use crate::stats::{AggregatorStats, ExecutorStats};
-use crate::storage::{self, ExecutorKey, Session};
+use crate::storage::{self, ExecutorIdentity, Session};
 
 /// One start-up step against the database, given `timeout` to answer.
 async fn bounded<T>(
@@ -63,10 +63,7 @@ pub(super) async fn start_actors(
     })
     .await?;
 
-    let keys: Vec<ExecutorKey> = executors
-        .iter()
-        .map(|e| (e.executor_class.clone(), e.instance.clone()))
-        .collect();
+    let keys: Vec<ExecutorIdentity> = executors.iter().map(Executor::identity).collect();
     let session = Session::start(settings.hostname.clone(), settings.unixname.clone());
     let closed = bounded(
         "close the rows a crash left open",
@@ -135,7 +132,7 @@ pub(super) async fn start_actors(
         history: settings.history,
         routes: routes.clone(),
     };
-    let rows: Vec<(i32, ExecutorKey)> = job_ids.into_iter().zip(keys).collect();
+    let rows: Vec<(i32, ExecutorIdentity)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();
     let stats_for_restarts = aggregator_stats.clone();
     let unwritten = Arc::new(UnwrittenTransitions::holding(unsupervised));

@@ -86,5 +86,31 @@ impl Session {
     }
 }
 
-/// An executor's identity in the table: its class and its instance.
-pub type ExecutorKey = (String, Option<String>);
+/// An executor's identity in the job table: its class and its instance. Its
+/// rows (one per host and session) carry it; the counters of
+/// [`crate::Overseer::executor_stats`] are keyed by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExecutorIdentity {
+    /// `job.executor_class`: the executor's configured name.
+    pub executor_class: String,
+    /// `job.executor_instance`: what it watches (for Celery, the broker).
+    pub instance: Option<String>,
+}
+
+impl ExecutorIdentity {
+    /// The identity of `executor_class` watching `instance`.
+    pub fn new(executor_class: impl Into<String>, instance: Option<String>) -> Self {
+        Self {
+            executor_class: executor_class.into(),
+            instance,
+        }
+    }
+
+    /// `class` or `class @ instance`, for logs.
+    pub fn label(&self) -> String {
+        match &self.instance {
+            Some(instance) => format!("{} @ {instance}", self.executor_class),
+            None => self.executor_class.clone(),
+        }
+    }
+}

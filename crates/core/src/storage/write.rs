@@ -10,7 +10,7 @@ use sea_orm::{
 };
 
 use super::sql::{json_statement, timestamp_text, to_micros};
-use super::{ExecutorKey, Session};
+use super::{ExecutorIdentity, Session};
 use crate::entity::job::{self, Column, Entity as Job};
 use crate::error::Result;
 use crate::job::{ExecutorHealth, JobState, JobType};
@@ -32,7 +32,7 @@ const ROWS_PER_STATEMENT: usize = 500;
 pub async fn close_crashed(
     db: &impl ConnectionTrait,
     hostname: &str,
-    executors: &[ExecutorKey],
+    executors: &[ExecutorIdentity],
     now: DateTime<Utc>,
 ) -> Result<u64> {
     let open = keyed_rows(
@@ -43,7 +43,7 @@ pub async fn close_crashed(
             .add(Column::EndDate.is_null()),
     )
     .await?;
-    let wanted: std::collections::HashSet<&ExecutorKey> = executors.iter().collect();
+    let wanted: std::collections::HashSet<&ExecutorIdentity> = executors.iter().collect();
     let crashed: Vec<i32> = open
         .into_iter()
         .filter_map(|(id, key)| wanted.contains(&key).then_some(id))
@@ -63,12 +63,12 @@ pub async fn close_crashed(
     Ok(closed)
 }
 
-/// The id and [`ExecutorKey`] of every row `which` selects, in id order: only
+/// The id and [`ExecutorIdentity`] of every row `which` selects, in id order: only
 /// the three columns that match rows to executors.
 async fn keyed_rows(
     db: &impl ConnectionTrait,
     which: Condition,
-) -> Result<Vec<(i32, ExecutorKey)>> {
+) -> Result<Vec<(i32, ExecutorIdentity)>> {
     let rows: Vec<(i32, Option<String>, Option<String>)> = Job::find()
         .select_only()
         .column(Column::Id)
@@ -81,7 +81,13 @@ async fn keyed_rows(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, class, instance)| (id, (class.unwrap_or_default(), instance)))
+        .map(|(id, class, instance)| {
+            let identity = ExecutorIdentity {
+                executor_class: class.unwrap_or_default(),
+                instance,
+            };
+            (id, identity)
+        })
         .collect())
 }
 
@@ -90,22 +96,22 @@ async fn keyed_rows(
 pub async fn register(
     db: &impl ConnectionTrait,
     session: &Session,
-    executors: &[ExecutorKey],
+    executors: &[ExecutorIdentity],
 ) -> Result<Vec<i32>> {
     for chunk in executors.chunks(ROWS_PER_STATEMENT) {
-        let rows = chunk.iter().map(|(class, instance)| job::ActiveModel {
+        let rows = chunk.iter().map(|e| job::ActiveModel {
             dag_id: Set(None),
             state: Set(Some(JobState::Running.as_str().to_owned())),
             job_type: Set(Some(JobType::ExecutorJob.as_str().to_owned())),
             start_date: Set(Some(session.started)),
             end_date: Set(None),
             latest_heartbeat: Set(Some(session.started)),
-            executor_class: Set(Some(class.clone())),
+            executor_class: Set(Some(e.executor_class.clone())),
             hostname: Set(Some(session.hostname.clone())),
             unixname: Set(Some(session.unixname.clone())),
             executor_health: Set(ExecutorHealth::default().as_str().to_owned()),
             executor_health_reason: Set(None),
-            executor_instance: Set(instance.clone()),
+            executor_instance: Set(e.instance.clone()),
             executor_health_checked_at: Set(None),
             ..Default::default()
         });
@@ -114,7 +120,7 @@ pub async fn register(
     // Read the ids back (MySQL has no RETURNING), matching rows to executors,
     // each key's ids in id order.
     let stored = keyed_rows(db, session.rows()).await?;
-    let mut ids: std::collections::HashMap<ExecutorKey, std::collections::VecDeque<i32>> =
+    let mut ids: std::collections::HashMap<ExecutorIdentity, std::collections::VecDeque<i32>> =
         std::collections::HashMap::with_capacity(stored.len());
     for (id, key) in stored {
         ids.entry(key).or_default().push_back(id);
@@ -127,7 +133,7 @@ pub async fn register(
                 .ok_or_else(|| {
                     crate::Error::Database(sea_orm::DbErr::RecordNotFound(format!(
                         "the row just inserted for {} is missing",
-                        key.0
+                        key.label()
                     )))
                 })
         })

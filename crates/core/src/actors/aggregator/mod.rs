@@ -102,7 +102,7 @@ use crate::history::HistorySettings;
 use crate::queued::Routes;
 use crate::report::{ExecutorHealthKind, HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
-use crate::storage::{self, ExecutorKey, Session};
+use crate::storage::{self, ExecutorIdentity, Session};
 
 use super::supervisor::NewVerdict;
 use outage::Attempts;
@@ -240,7 +240,7 @@ impl Aggregator {
         db: DatabaseConnection,
         session: Session,
         settings: AggregatorSettings,
-        executors: Vec<(i32, ExecutorKey)>,
+        executors: Vec<(i32, ExecutorIdentity)>,
         reports: Arc<watch::Sender<Arc<HealthReport>>>,
         stats: Arc<AggregatorStats>,
         unwritten: Arc<UnwrittenTransitions>,

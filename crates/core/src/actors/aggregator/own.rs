@@ -12,7 +12,7 @@ use crate::entity::job;
 use crate::history::RowKey;
 use crate::job::{ExecutorHealth, JobState, JobType};
 use crate::report::{ExecutorHealthKind, RowExtras};
-use crate::storage::{ExecutorKey, Session, VerdictRow};
+use crate::storage::{ExecutorIdentity, Session, VerdictRow};
 
 use super::Aggregator;
 
@@ -50,7 +50,7 @@ pub(super) struct OwnRow {
 impl OwnRow {
     /// The row `id` as registered for `key` in `session`: running, its
     /// verdict `unknown`.
-    pub(super) fn registered(id: i32, (class, instance): ExecutorKey, session: &Session) -> Self {
+    pub(super) fn registered(id: i32, identity: ExecutorIdentity, session: &Session) -> Self {
         Self {
             row: job::Model {
                 id,
@@ -60,12 +60,12 @@ impl OwnRow {
                 start_date: Some(session.started),
                 end_date: None,
                 latest_heartbeat: Some(session.started),
-                executor_class: Some(class),
+                executor_class: Some(identity.executor_class),
                 hostname: Some(session.hostname.clone()),
                 unixname: Some(session.unixname.clone()),
                 executor_health: ExecutorHealth::default().as_str().to_owned(),
                 executor_health_reason: None,
-                executor_instance: instance,
+                executor_instance: identity.instance,
                 executor_health_checked_at: None,
             },
             health: ExecutorHealth::default(),
