@@ -10,7 +10,8 @@ use std::time::Duration;
 use lapin::{Connection, ConnectionProperties};
 use tokio_stream::StreamExt;
 
-use super::{AmqpCheck, open};
+use super::AmqpCheck;
+use super::connect::open;
 use crate::broker::Reason;
 use crate::broker::held::{Ended, Link};
 
