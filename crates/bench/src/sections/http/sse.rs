@@ -101,7 +101,7 @@ pub(super) async fn sse_memory(
     }
     drop(clients);
     tokio::time::sleep(Duration::from_secs(after)).await;
-    let after = rss_mib(pid);
+    let left = rss_mib(pid);
     beating.abort();
     let answers = get(&health).is_some_and(|(status, _)| status == 200);
     Ok(format!(
@@ -128,7 +128,7 @@ pub(super) async fn sse_memory(
                 SSE_CLIENTS.to_string(),
                 num(before, 1),
                 format!("{} ({})", num(with, 1), num(peak, 1)),
-                num(after, 1),
+                num(left, 1),
             ]],
         )
     ))
