@@ -308,7 +308,7 @@ impl ExecutorActor {
     /// Runs the check off this actor's thread: an async check on the check pool
     /// (or on a thread of its own, once it was found blocking), a blocking check
     /// on a thread of its own. Resolves to the verdict, or to the panic's message.
-    fn run_check(&self) -> Outcome {
+    fn run_check(&self) -> CheckFuture {
         let running = self.stats.check_started();
         match &self.check {
             Check::Async(check) => {
@@ -361,8 +361,8 @@ enum Standing {
     Probation,
 }
 
-/// A running check: its observation, or the panic's message.
-type Outcome = std::pin::Pin<Box<dyn Future<Output = Result<Observation, String>>>>;
+/// A check run, as the actor awaits it: its observation, or the panic's message.
+type CheckFuture = std::pin::Pin<Box<dyn Future<Output = Result<Observation, String>>>>;
 
 impl Actor for ExecutorActor {
     type Context = Context<Self>;

@@ -37,10 +37,10 @@ pub(super) struct OwnRow {
     /// The state the history holds as the row's current one (its latest
     /// transition's, else the registered `unknown`): a verdict of another
     /// state is a transition. `None` until the history has been read.
-    pub(super) known: Option<ExecutorHealthKind>,
-    /// When `known` began, if the history says.
+    pub(super) in_history: Option<ExecutorHealthKind>,
+    /// When `in_history` began, if the history says.
     pub(super) since: Option<DateTime<Utc>>,
-    /// The state before `known`, if the history says.
+    /// The state before `in_history`, if the history says.
     pub(super) previous: Option<ExecutorHealthKind>,
     /// When this aggregator's latest verdict for the row was made (`None`:
     /// none yet, or only one taken back after a restart).
@@ -73,7 +73,7 @@ impl OwnRow {
             version: 0,
             written: 0,
             detail: None,
-            known: None,
+            in_history: None,
             since: None,
             previous: None,
             made_at: None,
@@ -97,7 +97,7 @@ impl OwnRow {
     /// holds the state they are about.
     pub(super) fn extras(&self) -> RowExtras {
         let current = ExecutorHealthKind::of(&self.health());
-        let (since, previous) = if self.known == Some(current) {
+        let (since, previous) = if self.in_history == Some(current) {
             (self.since, self.previous)
         } else {
             (None, None)

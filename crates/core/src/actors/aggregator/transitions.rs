@@ -123,19 +123,19 @@ impl Aggregator {
     pub(super) fn note_state(&mut self, index: usize) {
         let hostname = self.session.hostname.clone();
         let own = &mut self.own[index];
-        let (Some(known), Some(at)) = (own.known, own.made_at) else {
+        let (Some(before), Some(at)) = (own.in_history, own.made_at) else {
             return;
         };
         let health = own.health();
         let current = ExecutorHealthKind::of(&health);
-        if current == known {
+        if current == before {
             return;
         }
         let transition = Transition {
             executor: own.row.executor_class.clone().unwrap_or_default(),
             instance: own.row.executor_instance.clone(),
             hostname,
-            from: known,
+            from: before,
             to: current,
             reason: health.reason().map(str::to_owned),
             at,
@@ -143,15 +143,15 @@ impl Aggregator {
         };
         // The end of an `unhealthy` span whose start is known: the flush
         // counts what it cost.
-        let span = (known == ExecutorHealthKind::Unhealthy)
+        let span = (before == ExecutorHealthKind::Unhealthy)
             .then_some(own.since)
             .flatten()
             .map(|from| Span {
                 executor: index,
                 from,
             });
-        own.known = Some(current);
-        own.previous = Some(known);
+        own.in_history = Some(current);
+        own.previous = Some(before);
         own.since = Some(at);
         self.queue(transition, span);
     }
@@ -231,17 +231,17 @@ impl Aggregator {
             .collect();
         for index in 0..self.own.len() {
             let own = &mut self.own[index];
-            if own.known.is_some() {
+            if own.in_history.is_some() {
                 continue;
             }
             match latest.get(&own.key()) {
                 Some(t) => {
-                    own.known = Some(t.to);
+                    own.in_history = Some(t.to);
                     own.since = Some(t.at);
                     own.previous = Some(t.from);
                 }
                 // No transition yet: the row holds the state it was registered with.
-                None => own.known = Some(ExecutorHealthKind::Unknown),
+                None => own.in_history = Some(ExecutorHealthKind::Unknown),
             }
             self.note_state(index);
         }
