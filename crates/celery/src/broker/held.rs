@@ -402,22 +402,23 @@ pub(crate) async fn drive(
                 let since = Instant::now();
                 let ended = link.hold(conn).await;
                 listener.down();
-                tracing::debug!(broker = %identity, "{} ended", listener.what());
+                log_end(identity, &format!("{} ended", listener.what()), &ended);
                 match &ended {
                     Ended::Gone(_) => say(life.lost(), None),
                     Ended::Refused(refusal) => say(life.refused(), Some(refusal)),
                 }
                 since.elapsed()
             }
-            Err(Ended::Gone(reason)) => {
-                if let Some(reason) = reason {
-                    tracing::debug!(broker = %identity, %reason, "{} could not connect", listener.what());
+            Err(ended) => {
+                log_end(
+                    identity,
+                    &format!("{} could not connect", listener.what()),
+                    &ended,
+                );
+                match &ended {
+                    Ended::Gone(_) => say(life.failed(), None),
+                    Ended::Refused(refusal) => say(life.refused(), Some(refusal)),
                 }
-                say(life.failed(), None);
-                Duration::ZERO
-            }
-            Err(Ended::Refused(refusal)) => {
-                say(life.refused(), Some(&refusal));
                 Duration::ZERO
             }
         };
@@ -428,6 +429,18 @@ pub(crate) async fn drive(
             Woken::Waited
         };
         life.woken(woken);
+    }
+}
+
+/// Says at DEBUG what `happened` to the connection, and why when it is known.
+fn log_end(identity: &str, happened: &str, ended: &Ended) {
+    let reason = match ended {
+        Ended::Gone(reason) => reason.as_deref(),
+        Ended::Refused(refusal) => Some(refusal.reason.as_str()),
+    };
+    match reason {
+        Some(reason) => tracing::debug!(broker = %identity, %reason, "{happened}"),
+        None => tracing::debug!(broker = %identity, "{happened}"),
     }
 }
 
