@@ -45,6 +45,7 @@ fn check(url: &str, worker_ping: bool) -> CeleryCheck {
 }
 
 async fn time_check(check: &CeleryCheck) -> Duration {
+    check.start();
     let started = Instant::now();
     let probe = check.probe().await;
     let health = probe.observation().health;

@@ -22,12 +22,13 @@
 //! incarnation has its own, nothing carried over from one that panicked.
 //!
 //! What it holds between polls (the broker watches, the event subscriptions:
-//! `held`) is started at the start of its first run, by
-//! [`CeleryCheck::probe`], on the runtime that run is on: core builds a check
-//! on the actors' thread and runs it on the checks' own runtime (the pool's
-//! `overseer-io` threads, or a runner given to the builder), and only a run
-//! is on it. That runtime outlives the check; the held tasks stop with the
-//! check's last clone.
+//! `held`) is started by [`CeleryCheck::start`], which the executor's actor
+//! calls ([`HealthCheck::start`]) at the start of each incarnation's first
+//! run, on the runtime the runs are on: core builds a check on the actors'
+//! thread and runs it on the checks' own runtime (the pool's `overseer-io`
+//! threads, or a runner given to the builder). That runtime outlives the
+//! check; the held tasks stop with the check's last clone. A program that
+//! probes a check itself calls `start` first.
 //!
 //! # Layout
 //! - `settings`: [`CheckSettings`], Airflow's defaults, the queues refused.
@@ -151,10 +152,13 @@ impl CeleryCheck {
         &self.inner.instance
     }
 
-    /// Starts the connections this check holds between polls (`held`), once,
-    /// on the runtime this run is on: the module's header says why not when
-    /// the check is built.
-    fn hold(&self) {
+    /// Starts the connections this check holds between polls (`held`): a
+    /// watch per checked broker (with an alarm), a subscription to the
+    /// workers' events per broker (`worker_events`), on the current runtime,
+    /// once; they end with the check's last clone. The executor's actor calls
+    /// it ([`HealthCheck::start`]) on the runtime the check's runs are on;
+    /// the module's header says why not when the check is built.
+    pub fn start(&self) {
         let inner = &self.inner;
         inner.held.get_or_init(|| {
             Held::start(
@@ -169,10 +173,9 @@ impl CeleryCheck {
     /// One run: checks every broker, then (when asked) pings the workers, and
     /// returns what it found; [`Probe::observation`] is what the executor's
     /// actor gets of it. Always answers within 90 % of `poll_timeout`. The
-    /// first run starts the connections the check holds (`held`), on its
-    /// runtime.
+    /// connections the check holds between runs are [`Self::start`]'s: without
+    /// them no broker's loss rings, and no worker's heartbeat is heard.
     pub async fn probe(&self) -> Probe {
-        self.hold();
         let inner = &self.inner;
         let checked_at = Utc::now();
         let settings = &inner.settings;
@@ -252,5 +255,10 @@ impl HealthCheck for CeleryCheck {
     /// verdict with its detail ([`Probe::observation`]).
     async fn observe(&self) -> Observation {
         self.probe().await.observation()
+    }
+
+    /// [`CeleryCheck::start`].
+    async fn start(&self) {
+        CeleryCheck::start(self);
     }
 }

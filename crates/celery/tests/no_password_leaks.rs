@@ -50,6 +50,7 @@ async fn no_password_appears_in_logs_verdicts_reasons_instances_or_json() {
             },
         )
         .unwrap();
+        check.start();
         let probe = check.probe().await;
         let health = probe.observation().health;
         verdicts.push(health.as_str());

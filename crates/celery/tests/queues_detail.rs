@@ -57,6 +57,7 @@ fn check(url: &str, names: &Names) -> CeleryCheck {
 
 /// The detail one poll gives, after checking its verdict is the broker's alone.
 async fn observed_detail(check: &CeleryCheck) -> Detail {
+    check.start();
     let probe = tokio::time::timeout(POLL_TIMEOUT, check.probe())
         .await
         .expect("the check answers within the poll's timeout");

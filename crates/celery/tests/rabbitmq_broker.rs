@@ -138,7 +138,10 @@ async fn a_listener_that_dies_under_a_poll_s_connection_is_refused_not_called_tl
         &["default"],
         Duration::from_secs(20),
     );
-    let polling = tokio::spawn(async move { (check.probe().await, check) });
+    let polling = tokio::spawn(async move {
+        check.start();
+        (check.probe().await, check)
+    });
     support::until_connected(port, Duration::from_secs(15)).await;
     drop(listener);
     let (probe, check) = polling.await.expect("the poll ends");

@@ -99,7 +99,10 @@ async fn a_broker_killed_under_a_poll_s_connection_is_refused_not_called_tls() {
     // Frozen, it answers nothing, but its kernel still completes connections.
     server.signal("STOP");
     let check = support::check_within(&server.url(None, 0), &["default"], Duration::from_secs(20));
-    let polling = tokio::spawn(async move { (check.probe().await, check) });
+    let polling = tokio::spawn(async move {
+        check.start();
+        (check.probe().await, check)
+    });
     support::until_connected(port, Duration::from_secs(15)).await;
     server.kill();
     let (probe, check) = polling.await.expect("the poll ends");

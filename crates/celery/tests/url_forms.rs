@@ -356,6 +356,7 @@ async fn a_transport_without_a_check_is_unknown_and_says_which() {
     ] {
         let check =
             CeleryCheck::new(&BrokerUrl::parse(url).unwrap(), CheckSettings::default()).unwrap();
+        check.start();
         let probe = check.probe().await;
         assert_eq!(
             probe.observation().health,

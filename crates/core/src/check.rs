@@ -51,6 +51,14 @@ pub trait HealthCheck: Send + Sync + 'static {
     async fn observe(&self) -> Observation {
         self.get_health().await.into()
     }
+
+    /// Starts what the check holds between polls (a connection it keeps
+    /// open to be told at once when it drops, a subscription), on the
+    /// runtime its polls run on. The executor's actor calls it once per
+    /// incarnation (its first start, every restart), at the start of that
+    /// incarnation's first run, before [`Self::observe`]; what it starts
+    /// should end when the check is dropped. By default nothing.
+    async fn start(&self) {}
 }
 
 /// A health check that may block its thread; it runs on a thread of its own.

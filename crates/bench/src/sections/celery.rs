@@ -66,6 +66,7 @@ fn check(url: &str, worker_ping: bool) -> Result<CeleryCheck> {
 
 /// One check, timed in ms; it must say healthy.
 async fn timed(check: &CeleryCheck) -> Result<f64> {
+    check.start();
     let started = Instant::now();
     let probe = check.probe().await;
     let health = probe.observation().health;

@@ -229,6 +229,9 @@ pub async fn poll_within(
     check: &overseer_celery::CeleryCheck,
     timeout: Duration,
 ) -> (overseer_core::ExecutorHealth, overseer_celery::Probe) {
+    // As the executor's actor does before a check's first run (once: again
+    // is nothing).
+    check.start();
     let probe = tokio::time::timeout(timeout, check.probe())
         .await
         .expect("the check answers within the poll's timeout, with its own reason");

@@ -197,6 +197,9 @@ pub struct ExecutorActor {
     saturation: SaturationWatch,
     /// Whether a check of this incarnation runs.
     run: CheckRun,
+    /// This incarnation's check has not run yet: its first run starts it
+    /// ([`crate::HealthCheck::start`]).
+    unstarted: bool,
 }
 
 /// Whether a check of the actor's incarnation runs.
@@ -237,6 +240,7 @@ impl ExecutorActor {
             saturation: SaturationWatch::default(),
             queued: None,
             run: CheckRun::Idle,
+            unstarted: true,
         }
     }
 
@@ -308,13 +312,17 @@ impl ExecutorActor {
     /// Runs the check off this actor's thread: an async check on the check pool
     /// (or on a thread of its own, once it was found blocking), a blocking check
     /// on a thread of its own. Resolves to the verdict, or to the panic's message.
-    fn run_check(&self) -> CheckFuture {
+    fn run_check(&mut self) -> CheckFuture {
         let running = self.stats.check_started();
+        let start = std::mem::replace(&mut self.unstarted, false);
         match &self.check {
             Check::Async(check) => {
                 let check = check.clone();
                 let work = async move {
                     let _running = running;
+                    if start {
+                        check.start().await;
+                    }
                     check.observe().await
                 };
                 Box::pin(self.checks.run(work, &self.watched))
@@ -372,6 +380,7 @@ impl Supervised for ExecutorActor {
     fn restarting(&mut self, _: &mut Context<Self>) {
         ExecutorStats::bump(&self.stats.restarts);
         self.check = self.executor.build_check();
+        self.unstarted = true;
         // The check that ran ended with the old incarnation; the polls waiting
         // on it answer that the actor did not (their `Reply`'s drop).
         self.run = CheckRun::Idle;
