@@ -178,20 +178,13 @@ fn queue_names(answer: &Value) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::ping::tests::worker;
 
     #[test]
     fn an_answer_names_each_worker_and_its_queues() {
         let body = br#"{"celery@a": [{"name": "default", "exchange": {"name": "default",
             "type": "direct"}, "routing_key": "default"}, {"name": "gpu"}],
             "celery@b": [], "celery@c": {"error": "No such command"}}"#;
-        let worker = |name: &str, queues: Option<&[&str]>| WorkerDetail {
-            name: name.into(),
-            queues: queues.map(|q| q.iter().map(|s| s.to_string()).collect()),
-            state: None,
-            concurrency: None,
-            free_concurrency: None,
-            heartbeat: None,
-        };
         assert_eq!(
             answers(body, Some("application/json")),
             [
