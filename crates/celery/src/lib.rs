@@ -26,7 +26,9 @@
 //! - `budget`: the deadlines one check derives from `poll_timeout`, and who bounds what.
 //! - `verdict`: the verdict over a failover list, from what brokers and workers answered.
 //! - `broker`: `BrokerProbe`, what every transport's check implements, and the
-//!   reasons they share.
+//!   reasons they share; `broker/held.rs`, the one driver of a connection held
+//!   between polls (each transport's watch and event subscription), its life
+//!   as an enum whose transitions say when to ring, with its transition table.
 //! - `redis`: the Redis broker check (`PING`, `ROLE`, queue depth with priority lists);
 //!   `redis/sentinel.rs`, the master found through its sentinels; `redis/ping.rs`, the
 //!   worker ping over Redis.
