@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, python};
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::Value;
-use support::{Serving, celery, get, health, health_until, overseer, workdir};
+use support::{celery, health, health_until};
 
 /// How long each task runs.
 const TASK_SECONDS: u64 = 20;
@@ -33,45 +33,21 @@ fn worker<'a>(instance: &'a Value, node: &str) -> Option<&'a Value> {
         .find(|w| w["name"] == node)
 }
 
-/// The `/metrics` sample of `family` for `node`, as text.
-fn sample(serving: &Serving, family: &str, node: &str) -> Option<String> {
-    let (status, body) = get(&serving.url("/metrics"));
-    assert_eq!(status, 200);
-    body.lines()
-        .find(|l| {
-            l.starts_with(&format!("{family}{{")) && l.contains(&format!("worker=\"{node}\""))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
-}
-
 #[test]
 fn a_worker_whose_slots_are_all_taken_while_tasks_wait_is_named_at_capacity() {
     let Some(broker) = ThrowawayRedis::start(&[]) else {
         return;
     };
-    let venv = match overseer_testkit::venv::celery() {
-        Ok(venv) => venv,
-        Err(e) => {
-            overseer_testkit::unavailable::<()>("a Python venv with Celery 5.5.3", e);
-            return;
-        }
+    let Some(venv) = support::celery_venv() else {
+        return;
     };
     let url = broker.url(None, 0);
     let running = Worker::start_with_slots(&venv, &url, "default", 2);
     let node = running.node.clone();
-    let dir = workdir();
-    std::fs::write(
-        dir.path().join("overseer.toml"),
-        "[supervisor]\npoll_interval = \"1s\"\npoll_timeout = \"500ms\"\n\
-         heartbeat_interval = \"500ms\"\nrefresh_interval = \"200ms\"\n\n\
-         [[executors]]\nname = \"CeleryExecutor\"\nmax_at_capacity = \"5s\"\n",
-    )
-    .unwrap();
-    let serving = Serving::start(
-        overseer(dir.path())
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", &url)
-            .env("AIRFLOW__CELERY__WORKER_CONCURRENCY", "2"),
+    let (serving, _dir) = support::serve_celery(
+        &url,
+        &[("AIRFLOW__CELERY__WORKER_CONCURRENCY", "2")],
+        "max_at_capacity = \"5s\"",
     );
     let idle = health_until(&serving, "the worker heard, its 2 slots free", |j| {
         celery(j)
@@ -106,11 +82,11 @@ fn a_worker_whose_slots_are_all_taken_while_tasks_wait_is_named_at_capacity() {
         "{instance}"
     );
     assert_eq!(
-        sample(&serving, "overseer_worker_free_slots", &node).as_deref(),
+        support::worker_sample(&serving, "overseer_worker_free_slots", &node).as_deref(),
         Some("0")
     );
     assert_eq!(
-        sample(&serving, "overseer_worker_concurrency", &node).as_deref(),
+        support::worker_sample(&serving, "overseer_worker_concurrency", &node).as_deref(),
         Some("2")
     );
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, node_name, python, send_tasks};
 use serde_json::Value;
-use support::{Serving, celery, overseer, workdir};
+use support::{Serving, celery, celery_venv as venv, overseer, workdir};
 
 /// The machine's RabbitMQ, guest/guest on vhost `/`.
 const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672//";
@@ -49,14 +49,6 @@ fn service_up(service: &str, port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         || overseer_testkit::unavailable::<()>(service, format!("127.0.0.1:{port} refuses"))
             .is_some()
-}
-
-/// The Celery venv, or `None` (skipped) when it cannot be built.
-fn venv() -> Option<PathBuf> {
-    match overseer_testkit::venv::celery() {
-        Ok(path) => Some(path),
-        Err(e) => overseer_testkit::unavailable("a Python venv with Celery 5.5.3", e),
-    }
 }
 
 /// A broker for one test: where the worker and the service connect, what the

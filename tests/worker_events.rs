@@ -11,14 +11,10 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::celery::Worker;
 use overseer_testkit::throwaway::ThrowawayRedis;
-use support::{Serving, celery, get, health, health_until, overseer, workdir};
+use support::{Serving, celery, health, health_until};
 
 fn worker_up(serving: &Serving, node: &str) -> Option<String> {
-    let (status, body) = get(&serving.url("/metrics"));
-    assert_eq!(status, 200);
-    body.lines()
-        .find(|l| l.starts_with("overseer_worker_up{") && l.contains(&format!("worker=\"{node}\"")))
-        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+    support::worker_sample(serving, "overseer_worker_up", node)
 }
 
 #[test]
@@ -26,29 +22,13 @@ fn a_worker_killed_with_nothing_waiting_is_named_from_its_silence() {
     let Some(broker) = ThrowawayRedis::start(&[]) else {
         return;
     };
-    let venv = match overseer_testkit::venv::celery() {
-        Ok(venv) => venv,
-        Err(e) => {
-            overseer_testkit::unavailable::<()>("a Python venv with Celery 5.5.3", e);
-            return;
-        }
+    let Some(venv) = support::celery_venv() else {
+        return;
     };
     let url = broker.url(None, 0);
     let worker = Worker::start_heartbeating(&venv, &url, "default");
     let node = worker.node.clone();
-    let dir = workdir();
-    std::fs::write(
-        dir.path().join("overseer.toml"),
-        "[supervisor]\npoll_interval = \"1s\"\npoll_timeout = \"500ms\"\n\
-         heartbeat_interval = \"500ms\"\nrefresh_interval = \"200ms\"\n\n\
-         [[executors]]\nname = \"CeleryExecutor\"\nmin_workers = 1\n",
-    )
-    .unwrap();
-    let serving = Serving::start(
-        overseer(dir.path())
-            .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
-            .env("AIRFLOW__CELERY__BROKER_URL", &url),
-    );
+    let (serving, _dir) = support::serve_celery(&url, &[], "min_workers = 1");
     let json = health_until(&serving, "the worker heard by its heartbeats", |j| {
         celery(j).is_some_and(|c| {
             c["detail"]["workers"].as_array().is_some_and(|w| {

@@ -231,6 +231,55 @@ pub fn celery(json: &serde_json::Value) -> Option<&serde_json::Value> {
         .find(|i| i["executor"] == "CeleryExecutor")
 }
 
+/// `overseer serve` configured as the README recommends for a Celery
+/// deployment: Airflow's own variables (`CeleryExecutor` on `broker`, and
+/// `airflow`'s other `AIRFLOW__*` pairs), polling every second, with the
+/// executor's `overseer.toml` lines `executor` (`min_workers = 1`, ...).
+pub fn serve_celery(
+    broker: &str,
+    airflow: &[(&str, &str)],
+    executor: &str,
+) -> (Serving, tempfile::TempDir) {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            "[supervisor]\npoll_interval = \"1s\"\npoll_timeout = \"500ms\"\n\
+             heartbeat_interval = \"500ms\"\nrefresh_interval = \"200ms\"\n\n\
+             [[executors]]\nname = \"CeleryExecutor\"\n{executor}\n"
+        ),
+    )
+    .unwrap();
+    let mut command = overseer(dir.path());
+    command
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env("AIRFLOW__CELERY__BROKER_URL", broker);
+    for (key, value) in airflow {
+        command.env(key, value);
+    }
+    (Serving::start(&mut command), dir)
+}
+
+/// The Celery venv, or `None` (skipped, or failed under `CI`) when it cannot
+/// be built.
+pub fn celery_venv() -> Option<std::path::PathBuf> {
+    match overseer_testkit::venv::celery() {
+        Ok(path) => Some(path),
+        Err(e) => overseer_testkit::unavailable("a Python venv with Celery 5.5.3", e),
+    }
+}
+
+/// The value `/metrics` gives `family` for worker `node`, as text.
+pub fn worker_sample(serving: &Serving, family: &str, node: &str) -> Option<String> {
+    let (status, body) = get(&serving.url("/metrics"));
+    assert_eq!(status, 200);
+    body.lines()
+        .find(|l| {
+            l.starts_with(&format!("{family}{{")) && l.contains(&format!("worker=\"{node}\""))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+}
+
 /// The service's health JSON (any status but an error is a failure).
 pub fn health(serving: &Serving) -> serde_json::Value {
     let (status, body) = get(&serving.url("/api/v2/monitor/health"));

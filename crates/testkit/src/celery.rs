@@ -95,15 +95,7 @@ impl Worker {
     /// does (online, a heartbeat every 2 s, offline), with a node name of its
     /// own; give it a broker no other test's heartbeating worker uses.
     pub fn start_heartbeating(venv: &Path, broker: &str, queue: &str) -> Self {
-        Self::spawn(
-            venv,
-            broker,
-            DEFAULT_CONTROL_EXCHANGE,
-            queue,
-            &node_name(),
-            true,
-            &["--pool", "solo"],
-        )
+        Self::heartbeating(venv, broker, queue, &["--pool", "solo"])
     }
 
     /// Starts a heartbeating worker (as [`Self::start_heartbeating`]) that runs
@@ -113,21 +105,28 @@ impl Worker {
     /// in the broker.
     pub fn start_with_slots(venv: &Path, broker: &str, queue: &str, concurrency: u32) -> Self {
         let concurrency = concurrency.to_string();
+        let pool = [
+            "--pool",
+            "threads",
+            "--concurrency",
+            &concurrency,
+            "--prefetch-multiplier",
+            "1",
+        ];
+        Self::heartbeating(venv, broker, queue, &pool)
+    }
+
+    /// A heartbeating worker with a node name of its own, its pool as `pool` says.
+    fn heartbeating(venv: &Path, broker: &str, queue: &str, pool: &[&str]) -> Self {
+        let node = node_name();
         Self::spawn(
             venv,
             broker,
             DEFAULT_CONTROL_EXCHANGE,
             queue,
-            &node_name(),
+            &node,
             true,
-            &[
-                "--pool",
-                "threads",
-                "--concurrency",
-                &concurrency,
-                "--prefetch-multiplier",
-                "1",
-            ],
+            pool,
         )
     }
 

@@ -236,29 +236,30 @@ fn a_queue_waiting_on_full_workers_is_saturation_not_a_stall() {
     let start = Instant::now();
     let mut watch = FlowWatch::default();
     let saturated = "workers at capacity: all 2 slots taken on 1 worker for 5m, work waiting";
-    // Minute by minute: the depth holds at 3 while every slot is taken; the
-    // saturation's finding comes at 5 (as `SaturationWatch` gives it), and
-    // the stall rule never names the queue.
+    // One poll at `minute`: the depth holds at 3, the saturation as given.
+    let mut poll = |minute: u64, saturation: Saturated| {
+        watch
+            .judge_all(
+                with_queues(
+                    ExecutorHealth::Healthy,
+                    vec![queue("gpu", Some(3), Some(1))],
+                ),
+                None,
+                Beside {
+                    saturation,
+                    ..Beside::default()
+                },
+                LIMIT,
+                start + Duration::from_secs(60 * minute),
+            )
+            .health
+    };
+    // Every slot taken: the saturation's finding comes at 5 (as
+    // `SaturationWatch` gives it), and the stall rule never names the queue.
     let verdicts: Vec<ExecutorHealth> = (0..8u64)
         .map(|minute| {
-            watch
-                .judge_all(
-                    with_queues(
-                        ExecutorHealth::Healthy,
-                        vec![queue("gpu", Some(3), Some(1))],
-                    ),
-                    None,
-                    Beside {
-                        saturation: Saturated {
-                            now: true,
-                            finding: (minute >= 5).then(|| saturated.to_owned()),
-                        },
-                        ..Beside::default()
-                    },
-                    LIMIT,
-                    start + Duration::from_secs(60 * minute),
-                )
-                .health
+            let finding = (minute >= 5).then(|| saturated.to_owned());
+            poll(minute, Saturated { now: true, finding })
         })
         .collect();
     assert_eq!(verdicts[..5], vec![ExecutorHealth::Healthy; 5]);
@@ -269,24 +270,10 @@ fn a_queue_waiting_on_full_workers_is_saturation_not_a_stall() {
     // A slot frees and still nothing is taken: a stall, on a clock started
     // at the last poll that saw every slot taken (waiting for a slot was no
     // stall).
-    let mut after = |minute: u64| {
-        watch
-            .judge_all(
-                with_queues(
-                    ExecutorHealth::Healthy,
-                    vec![queue("gpu", Some(3), Some(1))],
-                ),
-                None,
-                Beside::default(),
-                LIMIT,
-                start + Duration::from_secs(60 * minute),
-            )
-            .health
-    };
-    assert_eq!(after(8), ExecutorHealth::Healthy);
-    assert_eq!(after(11), ExecutorHealth::Healthy);
+    assert_eq!(poll(8, Saturated::default()), ExecutorHealth::Healthy);
+    assert_eq!(poll(11, Saturated::default()), ExecutorHealth::Healthy);
     assert_eq!(
-        after(12),
+        poll(12, Saturated::default()),
         unhealthy("queue gpu: messages waiting, none taken in 5m")
     );
 }
