@@ -6,8 +6,10 @@
 //! - **When.** The aggregator queues the transition out of `unhealthy` with
 //!   the span it ends ([`Span`]: the executor, and when the span began); the
 //!   flush that writes it counts first ([`read`], one statement, bounded by
-//!   [`READ_TIMEOUT`]), outside the verdicts' transaction, so a slow count
-//!   never holds a heartbeat's write past it. A count that fails or times out
+//!   [`READ_TIMEOUT`], the flush's counts together by [`FLUSH_BUDGET`] and
+//!   ended by the first that fails), outside the verdicts' transaction, so a
+//!   slow count, or thousands of spans ending at once, never hold a
+//!   heartbeat's write past its timeout. A count that fails or times out
 //!   (Overseer's own SQLite has no `task_instance`) leaves `cost` null: not
 //!   counted, never zero by default.
 //! - **What.** Task instances whose state is `failed` or `up_for_retry` and
@@ -32,6 +34,11 @@ use crate::queued::{Routes, cutoff_literal, team_join};
 
 /// How long the count may take before the transition is written without it.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the counts of one flush may take together: well inside the
+/// flush's write timeout (two heartbeat intervals, at least a second), so a
+/// flush that ends many spans at once is never failed by its counts.
+pub const FLUSH_BUDGET: Duration = Duration::from_millis(500);
 
 /// What an `unhealthy` span cost its executor: task instances that ended
 /// `failed` or went `up_for_retry` while it lasted.

@@ -210,3 +210,59 @@ async fn the_transition_out_of_unhealthy_says_what_the_span_cost() {
         );
     }
 }
+
+/// Every executor back at once (a broker's outage ended for a whole fleet):
+/// one flush ends thousands of `unhealthy` spans. On a database that cannot
+/// count them (no `task_instance`: Overseer's own, or Airflow's before it
+/// migrated), the flush counts until the first count fails and writes every
+/// transition without its cost, within the write timeout the aggregator
+/// gives it (two heartbeats of 1 s); a count per span, each failing in turn,
+/// outlasted it, and the flush was retried whole for ever, its verdicts never
+/// written (bench section 2, 50,000 executors on Postgres).
+#[tokio::test]
+async fn a_flush_ending_thousands_of_spans_is_written_within_its_timeout() {
+    use overseer_core::history::{HistoryWrite, flush_with_history};
+    use overseer_core::storage::Session;
+    use std::sync::Arc;
+
+    const SPANS: usize = 10_000;
+    for db in overseer_testkit::all_backends().await {
+        let backend = db.backend;
+        Migrator::up(&db.conn, None).await.unwrap();
+        let session = Session::start("sched-1", "airflow");
+        let now = Utc::now();
+        let from = now - chrono::Duration::seconds(40);
+        let names: Vec<String> = (0..SPANS).map(|i| format!("e{i}:CeleryExecutor")).collect();
+        let write = HistoryWrite {
+            transitions: names
+                .iter()
+                .map(|executor| Transition {
+                    executor: executor.clone(),
+                    instance: None,
+                    hostname: "sched-1".into(),
+                    from: ExecutorHealthKind::Unhealthy,
+                    to: ExecutorHealthKind::Healthy,
+                    reason: None,
+                    at: now,
+                    cost: None,
+                })
+                .collect(),
+            costs: (0..SPANS)
+                .map(|i| (i, Span { executor: i, from }))
+                .collect(),
+            routes: Some(Arc::new(Routes::new(names.iter().map(String::as_str)))),
+            prune_before: None,
+        };
+        let timeout = overseer_core::connect::write_timeout(Duration::from_secs(1));
+        tokio::time::timeout(
+            timeout,
+            flush_with_history(&db.conn, &session, now, &[], &write),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{backend:?}: the flush outlasted its timeout"))
+        .unwrap();
+        let written = transitions(&db).await;
+        assert_eq!(written.len(), SPANS, "{backend:?}");
+        assert!(written.iter().all(|t| t.cost.is_none()), "{backend:?}");
+    }
+}

@@ -44,22 +44,31 @@ pub struct HistoryWrite {
 
 impl HistoryWrite {
     /// The transitions with what each `unhealthy` span they end cost, counted
-    /// now ([`cost::read`], each bounded by [`cost::READ_TIMEOUT`]); a count
-    /// that fails leaves the cost `null`, and the transition is written all
-    /// the same. A flush that fails counts again at the next attempt (the
-    /// database that failed it may have failed the count too).
+    /// now ([`cost::read`]); a count that fails leaves the cost `null`, and
+    /// the transition is written all the same. The counts of one flush share
+    /// [`cost::FLUSH_BUDGET`], inside the write's own timeout, and end at the
+    /// first that fails (a database that cannot count one, one without
+    /// Airflow's `task_instance`, cannot count the next): a flush ending
+    /// thousands of spans at once (every executor back after an outage)
+    /// counts what fits and writes the rest uncounted, rather than outlast
+    /// its timeout and fail, to count them all again at the next attempt.
+    /// A flush that fails counts again at the next attempt (the database
+    /// that failed it may have failed the count too).
     async fn counted(&self, db: &impl ConnectionTrait) -> Vec<Transition> {
         let mut transitions = self.transitions.clone();
         let Some(routes) = &self.routes else {
             return transitions;
         };
-        for (position, span) in &self.costs {
+        let deadline = tokio::time::Instant::now() + cost::FLUSH_BUDGET;
+        let mut spans = self.costs.iter();
+        for (position, span) in spans.by_ref() {
             let Some(t) = transitions.get_mut(*position) else {
                 continue;
             };
-            match tokio::time::timeout(cost::READ_TIMEOUT, cost::read(db, routes, *span, t.at))
-                .await
-            {
+            let within = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(cost::READ_TIMEOUT);
+            match tokio::time::timeout(within, cost::read(db, routes, *span, t.at)).await {
                 Ok(Ok(counted)) => {
                     tracing::info!(
                         executor = %t.executor,
@@ -70,6 +79,7 @@ impl HistoryWrite {
                         counted.describe()
                     );
                     t.cost = Some(counted);
+                    continue;
                 }
                 Ok(Err(e)) => tracing::debug!(
                     executor = %t.executor,
@@ -78,11 +88,19 @@ impl HistoryWrite {
                 ),
                 Err(_) => tracing::debug!(
                     executor = %t.executor,
-                    "counting what the unhealthy span cost took over {}: the transition is \
-                     written without it",
-                    crate::duration::short(cost::READ_TIMEOUT)
+                    "counting what the unhealthy span cost did not fit in {} (this flush's counts \
+                     share it): the transition is written without it",
+                    crate::duration::short(cost::FLUSH_BUDGET.min(cost::READ_TIMEOUT))
                 ),
             }
+            break;
+        }
+        let uncounted = spans.count();
+        if uncounted > 0 {
+            tracing::debug!(
+                spans = uncounted,
+                "the other unhealthy spans this flush ends are written without their cost"
+            );
         }
         transitions
     }
