@@ -42,15 +42,18 @@ fn takes_work(worker: &WorkerDetail) -> bool {
 /// The workers taking work, when every one of them has no slot free: how
 /// many, and their slots where every one said how many it has.
 fn all_taken(workers: &[WorkerDetail]) -> Option<(usize, Option<u64>)> {
-    let taking: Vec<&WorkerDetail> = workers.iter().filter(|w| takes_work(w)).collect();
-    if taking.is_empty() || !taking.iter().all(|w| w.free_concurrency == Some(0)) {
-        return None;
+    let mut taking = 0;
+    let mut slots = Some(0);
+    for worker in workers.iter().filter(|w| takes_work(w)) {
+        if worker.free_concurrency != Some(0) {
+            return None;
+        }
+        taking += 1;
+        slots = slots
+            .zip(worker.concurrency)
+            .map(|(sum, n)| sum + u64::from(n));
     }
-    let slots = taking
-        .iter()
-        .map(|w| w.concurrency.map(u64::from))
-        .sum::<Option<u64>>();
-    Some((taking.len(), slots))
+    (taking > 0).then_some((taking, slots))
 }
 
 /// Whether work waits: messages in a queue the check read, or task instances
@@ -88,7 +91,9 @@ impl SaturationWatch {
             // Not seen this time: the evidence kept stands.
             return self.full_since.as_ref().and_then(|_| self.last.clone());
         };
-        let Some((workers, slots)) = all_taken(workers).filter(|_| work_waits(detail, queued))
+        let Some((workers, slots)) = work_waits(detail, queued)
+            .then(|| all_taken(workers))
+            .flatten()
         else {
             self.full_since = None;
             self.last = None;

@@ -337,7 +337,7 @@ impl Handler<NewVerdict> for Aggregator {
             return;
         };
         let unchanged = own.row.executor_health_checked_at.is_some()
-            && own.health() == verdict.health
+            && *own.health() == verdict.health
             && own.row.executor_health_reason
                 == reason_column(&verdict.health, verdict.note.as_deref());
         let new_detail = own.detail != verdict.detail;

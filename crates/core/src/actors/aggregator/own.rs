@@ -80,8 +80,8 @@ impl OwnRow {
         }
     }
 
-    pub(super) fn health(&self) -> ExecutorHealth {
-        self.health.clone()
+    pub(super) fn health(&self) -> &ExecutorHealth {
+        &self.health
     }
 
     /// The row's identity in the history.
@@ -96,7 +96,7 @@ impl OwnRow {
     /// `since` and `previous` as the report shows them: only while the row
     /// holds the state they are about.
     pub(super) fn extras(&self) -> RowExtras {
-        let current = ExecutorHealthKind::of(&self.health());
+        let current = ExecutorHealthKind::of(self.health());
         let (since, previous) = if self.in_history == Some(current) {
             (self.since, self.previous)
         } else {
@@ -147,7 +147,7 @@ impl Aggregator {
                         own.version,
                         VerdictRow {
                             id: own.row.id,
-                            health: own.health(),
+                            health: own.health().clone(),
                             note: own.row.executor_health_reason.clone(),
                             checked_at,
                         },

@@ -127,7 +127,7 @@ impl Aggregator {
             return;
         };
         let health = own.health();
-        let current = ExecutorHealthKind::of(&health);
+        let current = ExecutorHealthKind::of(health);
         if current == before {
             return;
         }
