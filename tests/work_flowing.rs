@@ -1,7 +1,7 @@
 //! Whether work flows, end to end: `overseer serve` supervising a CeleryExecutor
 //! whose broker answers and whose workers answer, while its work does not move.
 //! Real Celery 5.5.3 workers on the machine's Redis and RabbitMQ; the rules are
-//! core's (`overseer_core::flow`), the evidence the Celery check's.
+//! core's (`overseer_core::rules`), the evidence the Celery check's.
 //!
 //! - A queue nobody consumes: a worker consumes A only, tasks wait in B. The
 //!   executor turns unhealthy naming B, and its `detail` shows B's depth with no

@@ -343,9 +343,9 @@ impl ExecutorConfig {
     }
 }
 
-/// `max_queued_age` by default: 5 min ([`overseer_core::flow::DEFAULT_MAX_QUEUED_AGE`]).
+/// `max_queued_age` by default: 5 min ([`overseer_core::rules::DEFAULT_MAX_QUEUED_AGE`]).
 pub fn default_max_queued_age() -> Duration {
-    overseer_core::flow::DEFAULT_MAX_QUEUED_AGE
+    overseer_core::rules::DEFAULT_MAX_QUEUED_AGE
 }
 
 /// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).

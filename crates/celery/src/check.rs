@@ -10,7 +10,7 @@
 //! The check reports the evidence and judges only what it saw answer: whether work
 //! flows (a queue nobody consumes, a queue that does not go down) is judged by the
 //! executor's actor from the [`Detail`](overseer_core::Detail) it returns
-//! ([`overseer_core::flow`]). A queue's consumers come from RabbitMQ's own count, or,
+//! ([`overseer_core::rules`]). A queue's consumers come from RabbitMQ's own count, or,
 //! on Redis, which keeps none, from the workers' answers to the ping (`active_queues`).
 //!
 //! # Construction

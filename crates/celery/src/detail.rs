@@ -64,7 +64,7 @@ impl Probe {
         })
     }
 
-    /// The evidence for core's rules on work flowing ([`overseer_core::flow`]) and
+    /// The evidence for core's rules on work flowing ([`overseer_core::rules`]) and
     /// the report: each configured queue on each broker that answered, and, when the
     /// ping heard from at least one broker, the workers that answered it. Airflow's
     /// queued task instances are not the check's to give (`queued_tasks` is `None`).

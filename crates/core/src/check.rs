@@ -127,7 +127,7 @@ pub struct Executor {
     pub instance: Option<String>,
     /// How long work may wait (task instances in `queued`, messages in a queue
     /// that does not move) before the executor is unhealthy; `ZERO` turns those
-    /// rules off ([`crate::flow`]).
+    /// rules off ([`crate::rules`]).
     pub max_queued_age: Duration,
     /// How long a queued canary may wait for a worker before the executor is
     /// unhealthy; `ZERO` turns that rule off ([`crate::canary`]).
@@ -158,7 +158,7 @@ impl Executor {
         Self {
             executor_class: executor_class.into(),
             instance: None,
-            max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            max_queued_age: crate::rules::DEFAULT_MAX_QUEUED_AGE,
             canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
             parallelism: crate::capacity::DEFAULT_PARALLELISM,
             max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
@@ -175,7 +175,7 @@ impl Executor {
         Self {
             executor_class: executor_class.into(),
             instance: None,
-            max_queued_age: crate::flow::DEFAULT_MAX_QUEUED_AGE,
+            max_queued_age: crate::rules::DEFAULT_MAX_QUEUED_AGE,
             canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
             parallelism: crate::capacity::DEFAULT_PARALLELISM,
             max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
@@ -186,7 +186,7 @@ impl Executor {
 
     /// An executor with no check: its verdict stays `unknown`
     /// (`no health check for KubernetesExecutor`), unless Airflow's queued task
-    /// instances judge it ([`crate::flow`]).
+    /// instances judge it ([`crate::rules`]).
     pub fn unchecked(executor_class: impl Into<String>) -> Self {
         let executor_class = executor_class.into();
         let check = NoCheckFor(Arc::from(executor_class.as_str()));

@@ -4,7 +4,7 @@
 //! A check returns an [`Observation`]: its verdict and, when it can say more, a
 //! [`Detail`] (the queues it read, the workers that answered). The executor's
 //! actor adds what Airflow's own tables say ([`QueuedTasks`], from
-//! `task_instance`) and judges whether work flows ([`crate::flow`]). The detail
+//! `task_instance`) and judges whether work flows ([`crate::rules`]). The detail
 //! travels to the report and `/metrics`, never to the Jobs table, whose verdict
 //! columns stay as the seed defines them.
 //!

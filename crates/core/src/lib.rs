@@ -15,7 +15,10 @@
 //!   [`Executor`], one supervised executor.
 //! - [`detail`]: the evidence beside a verdict ([`Observation`], [`Detail`]):
 //!   queues, workers, task instances queued.
-//! - [`flow`]: whether work flows: the rules that turn the evidence into a verdict.
+//! - [`rules`]: whether work flows: the rules that turn the evidence into a
+//!   verdict, one module each, registered in one list.
+//! - [`queued`], [`canary`], [`capacity`], [`reader`]: what is read from
+//!   Airflow's tables for the rules.
 //! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
 //! - [`cost`]: what an `unhealthy` span cost its executor: task instances lost.
 //! - [`history`]: every change of a verdict's state, in a table of Overseer's
@@ -43,7 +46,6 @@ pub mod detail;
 pub mod duration;
 pub mod entity;
 pub mod error;
-pub mod flow;
 pub mod history;
 pub mod job;
 pub mod overseer;
@@ -51,7 +53,7 @@ pub mod queued;
 pub mod reader;
 pub mod reason;
 pub mod report;
-pub mod saturation;
+pub mod rules;
 pub mod secret;
 pub mod stats;
 pub mod storage;

@@ -5,7 +5,7 @@
 //! for every executor together ([`read`]), off the report's path, and leaves
 //! the rows on a [`QueuedBoard`].
 //! Each executor's actor takes its share from there at every poll
-//! ([`Snapshot::for_executor`]) and [`crate::flow`] judges it.
+//! ([`Snapshot::for_executor`]) and [`crate::rules`] judges it.
 //!
 //! The query groups `state = 'queued'` rows by `executor` and `queue`, with the
 //! oldest `queued_dttm` and, for each distinct `max_queued_age` of the

@@ -32,16 +32,13 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::canary::PickupsSeen;
-use crate::capacity::CapacityWatch;
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
 use crate::duration;
-use crate::flow::{Beside, FlowWatch, Saturated};
 use crate::job::ExecutorHealth;
 use crate::queued::QueuedBoard;
-use crate::saturation::SaturationWatch;
+use crate::rules::{Airflow, Rules};
 use crate::stats::ExecutorStats;
 
 /// Asks an executor for its health, for one poll. Answered with an
@@ -75,7 +72,7 @@ pub struct Answered {
     /// The tick of the poll answered.
     pub tick: u64,
     /// The verdict (scrubbed of credentials), judged with the evidence
-    /// ([`crate::flow`]).
+    /// ([`crate::rules`]).
     pub health: ExecutorHealth,
     /// The evidence, when there is any.
     pub detail: Option<Arc<Detail>>,
@@ -185,16 +182,11 @@ pub struct ExecutorActor {
     /// This executor as the pool's watchdog knows it: whether its async check
     /// blocks its thread. Kept across restarts, as the check's code is.
     watched: Arc<Watched>,
-    /// Its queues' history, for the rules on work flowing; kept across restarts.
-    flow: FlowWatch,
-    /// Airflow's queued task instances, when the database has them.
+    /// The rules on work flowing, with what each remembers; kept across
+    /// restarts ([`crate::rules`]).
+    rules: Rules,
+    /// Airflow's tables as the refresh reads them, when the database has them.
     queued: Option<QueuedSource>,
-    /// The canaries whose pickup was counted.
-    pickups: PickupsSeen,
-    /// Since when every slot is taken while work waits.
-    capacity: CapacityWatch,
-    /// Since when every worker's slots are taken while work waits.
-    saturation: SaturationWatch,
     /// Whether a check of this incarnation runs.
     run: CheckRun,
     /// This incarnation's check has not run yet: its first run starts it
@@ -224,6 +216,7 @@ impl ExecutorActor {
     ) -> Self {
         let check = executor.build_check();
         let watched = Watched::new(executor.label(), stats.clone());
+        let rules = Rules::standard(&executor);
         Self {
             checks,
             watched,
@@ -234,10 +227,7 @@ impl ExecutorActor {
             restarts: VecDeque::new(),
             standing: Standing::Within,
             backoff: Backoff::new(policy.backoff, policy.max_backoff),
-            flow: FlowWatch::default(),
-            pickups: PickupsSeen::default(),
-            capacity: CapacityWatch::default(),
-            saturation: SaturationWatch::default(),
+            rules,
             queued: None,
             run: CheckRun::Idle,
             unstarted: true,
@@ -251,57 +241,19 @@ impl ExecutorActor {
         self
     }
 
-    /// The check's observation, judged with the evidence of work flowing.
+    /// The check's observation, judged by the rules on work flowing.
     fn judge(&mut self, observation: Observation) -> Observation {
         let snapshot = self
             .queued
             .as_ref()
             .and_then(|source| Some((source, source.board.latest()?)));
-        let queued = snapshot
-            .as_ref()
-            .map(|(source, s)| s.for_executor(source.index, self.executor.max_queued_age));
-        let canary = snapshot.as_ref().and_then(|(source, s)| {
-            let read = s.canary.as_ref()?;
-            self.stats
-                .observe_pickups(self.pickups.new_pickups(read, source.index));
-            read.for_executor(
-                source.index,
-                source.default,
-                self.executor.canary_max_pickup,
-            )
+        let airflow = snapshot.as_ref().map(|(source, snapshot)| Airflow {
+            snapshot,
+            index: source.index,
+            default: source.default,
         });
-        let now = Instant::now();
-        let capacity = snapshot.as_ref().and_then(|(source, s)| {
-            let detail = s
-                .capacity
-                .as_ref()?
-                .for_executor(source.index, self.executor.parallelism);
-            let finding = self
-                .capacity
-                .finding(&detail, self.executor.max_at_capacity, now);
-            Some((detail, finding))
-        });
-        let finding = self.saturation.finding(
-            observation.detail.as_ref(),
-            queued.as_ref(),
-            self.executor.max_at_capacity,
-            now,
-        );
-        let saturation = Saturated {
-            now: self.saturation.full() && !self.executor.max_at_capacity.is_zero(),
-            finding,
-        };
-        self.flow.judge_all(
-            observation,
-            queued,
-            Beside {
-                canary,
-                capacity,
-                saturation,
-            },
-            self.executor.max_queued_age,
-            now,
-        )
+        self.rules
+            .judge(observation, airflow, Some(&self.stats), Instant::now())
     }
 
     /// Starts the actor under an actix `Supervisor`, which restarts it when it stops.

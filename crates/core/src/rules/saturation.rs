@@ -1,4 +1,4 @@
-//! Worker saturation: every worker's task slots taken while work waits.
+//! Rule 3, worker saturation: every worker's task slots taken while work waits.
 //!
 //! Airflow's `[core] parallelism` is the executor's cap ([`crate::capacity`]);
 //! the workers have caps of their own: a Celery worker runs at most its
@@ -19,11 +19,15 @@
 //! the one with room. A poll that could not see the workers at all (the check
 //! failed, the heartbeats unheard for a moment) neither starts nor stops the
 //! clock: a saturation that continues through it keeps its finding.
+//!
+//! While every worker is full, the rule leaves that fact to the stall rule
+//! ([`super::Poll::workers_full`]), which then does not blame the queues.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::{Found, Poll, Rule};
 use crate::detail::{Detail, QueuedTasks, WorkerDetail};
 use crate::duration;
 
@@ -32,7 +36,7 @@ use crate::duration;
 /// heartbeats cannot be judged yet), an Edge worker `idle`, `running` or
 /// `starting` (not stopping, in maintenance or offline); one whose executor keeps no
 /// state (a Celery worker only pinged) is taken at its word.
-fn takes_work(worker: &WorkerDetail) -> bool {
+pub(super) fn takes_work(worker: &WorkerDetail) -> bool {
     matches!(
         worker.state.as_deref(),
         None | Some("online" | "idle" | "running" | "starting")
@@ -58,7 +62,7 @@ fn all_taken(workers: &[WorkerDetail]) -> Option<(usize, Option<u64>)> {
 
 /// Whether work waits: messages in a queue the check read, or task instances
 /// Airflow holds in `queued` for the executor.
-fn work_waits(detail: &Detail, queued: Option<&QueuedTasks>) -> bool {
+pub(super) fn work_waits(detail: &Detail, queued: Option<&QueuedTasks>) -> bool {
     detail.queues.iter().any(|q| q.depth.is_some_and(|d| d > 0))
         || queued.is_some_and(|q| q.count > 0)
 }
@@ -66,12 +70,23 @@ fn work_waits(detail: &Detail, queued: Option<&QueuedTasks>) -> bool {
 /// What one executor's actor remembers: since when every worker is full.
 #[derive(Debug, Default)]
 pub struct SaturationWatch {
+    /// How long every worker may stay full while work waits (`ZERO`: never a
+    /// finding).
+    max: Duration,
     full_since: Option<Instant>,
     /// The finding last given, for a poll that cannot see the workers.
     last: Option<String>,
 }
 
 impl SaturationWatch {
+    /// Every worker full for `max` while work waits is a finding (`ZERO`: never).
+    pub fn new(max: Duration) -> Self {
+        Self {
+            max,
+            ..Self::default()
+        }
+    }
+
     /// Every worker taking work had no slot free while work waited, at the
     /// last poll that could see the workers.
     pub fn full(&self) -> bool {
@@ -118,6 +133,14 @@ impl SaturationWatch {
         );
         self.last = Some(finding.clone());
         Some(finding)
+    }
+}
+
+impl Rule for SaturationWatch {
+    fn judge(&mut self, poll: &mut Poll<'_>, found: &mut Found) {
+        let finding = self.finding(Some(&*poll.detail), poll.queued(), self.max, poll.now);
+        poll.workers_full = self.full() && !self.max.is_zero();
+        found.findings.extend(finding);
     }
 }
 

@@ -1,8 +1,10 @@
-//! The rules of `flow`, as tables: what each observation gives, and how it
-//! combines with the check's own verdict.
+//! The rules on work flowing, as tables: what each observation gives, and how
+//! it combines with the check's own verdict.
+
+use tokio::time::Instant;
 
 use super::*;
-use crate::detail::{Detail, QueuedOnQueue};
+use crate::detail::{QueueDetail, QueuedOnQueue, WorkerDetail};
 
 const LIMIT: Duration = Duration::from_secs(300);
 const BROKER: &str = "redis://broker:6379/0";
@@ -39,6 +41,27 @@ fn queued(queues: &[(&str, u64, Option<u64>, u64)]) -> QueuedTasks {
                 overdue,
             })
             .collect(),
+    }
+}
+
+/// The rules on queued work and queues (1 and 4), as an executor's actor
+/// keeps them across polls, under one limit.
+#[derive(Default)]
+struct Flow {
+    rules: Option<Rules>,
+}
+
+impl Flow {
+    fn judge(
+        &mut self,
+        observation: Observation,
+        queued: Option<QueuedTasks>,
+        max_age: Duration,
+        now: Instant,
+    ) -> Observation {
+        self.rules
+            .get_or_insert_with(|| Rules::flow(max_age))
+            .judge_with(observation, queued, None, None, now)
     }
 }
 
@@ -128,8 +151,7 @@ fn queued_task_instances_give_the_verdict_with_the_check_s() {
         ),
     ];
     for (case, check, queued, max_age, expected) in cases {
-        let judged =
-            FlowWatch::default().judge(check.into(), queued.clone(), max_age, Instant::now());
+        let judged = Flow::default().judge(check.into(), queued.clone(), max_age, Instant::now());
         assert_eq!(judged.health, expected, "{case}");
         assert_eq!(
             judged.detail.and_then(|d| d.queued_tasks),
@@ -144,7 +166,7 @@ fn queued_task_instances_give_the_verdict_with_the_check_s() {
 #[test]
 fn an_overdue_reason_holds_still_while_its_count_and_age_tick() {
     let start = Instant::now();
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     let limit = Duration::from_secs(60);
     let polls = [(1, 61), (2, 63), (3, 65), (3, 67)];
     let judged: Vec<Observation> = polls
@@ -175,7 +197,7 @@ fn an_overdue_reason_holds_still_while_its_count_and_age_tick() {
 /// verdict after each (limit 5m).
 fn run(polls: &[(Option<u64>, Option<u32>)]) -> Vec<ExecutorHealth> {
     let start = Instant::now();
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     polls
         .iter()
         .enumerate()
@@ -234,34 +256,41 @@ fn a_queue_with_messages_and_no_consumer_is_unhealthy_once_it_held_the_limit() {
 #[test]
 fn a_queue_waiting_on_full_workers_is_saturation_not_a_stall() {
     let start = Instant::now();
-    let mut watch = FlowWatch::default();
+    let executor = crate::Executor::unchecked("CeleryExecutor")
+        .with_max_queued_age(LIMIT)
+        .with_capacity(32, LIMIT);
+    let mut rules = Rules::standard(&executor);
     let saturated = "workers at capacity: all 2 slots taken on 1 worker for 5m, work waiting";
-    // One poll at `minute`: the depth holds at 3, the saturation as given.
-    let mut poll = |minute: u64, saturation: Saturated| {
-        watch
-            .judge_all(
-                with_queues(
-                    ExecutorHealth::Healthy,
-                    vec![queue("gpu", Some(3), Some(1))],
-                ),
+    // One poll at `minute`: the depth holds at 3, the one worker online with
+    // `free` of its 2 slots.
+    let mut poll = |minute: u64, free: u32| {
+        let observation = Observation::new(
+            ExecutorHealth::Healthy,
+            Detail {
+                queues: vec![queue("gpu", Some(3), Some(1))],
+                workers: Some(vec![WorkerDetail {
+                    name: "celery@a".into(),
+                    queues: None,
+                    state: Some("online".into()),
+                    concurrency: Some(2),
+                    free_concurrency: Some(free),
+                    heartbeat: None,
+                }]),
+                ..Detail::default()
+            },
+        );
+        rules
+            .judge(
+                observation,
                 None,
-                Beside {
-                    saturation,
-                    ..Beside::default()
-                },
-                LIMIT,
+                None,
                 start + Duration::from_secs(60 * minute),
             )
             .health
     };
-    // Every slot taken: the saturation's finding comes at 5 (as
-    // `SaturationWatch` gives it), and the stall rule never names the queue.
-    let verdicts: Vec<ExecutorHealth> = (0..8u64)
-        .map(|minute| {
-            let finding = (minute >= 5).then(|| saturated.to_owned());
-            poll(minute, Saturated { now: true, finding })
-        })
-        .collect();
+    // Every slot taken: the saturation's finding comes at 5, and the stall
+    // rule never names the queue.
+    let verdicts: Vec<ExecutorHealth> = (0..8u64).map(|minute| poll(minute, 0)).collect();
     assert_eq!(verdicts[..5], vec![ExecutorHealth::Healthy; 5]);
     assert!(
         verdicts[5..].iter().all(|v| *v == unhealthy(saturated)),
@@ -270,10 +299,10 @@ fn a_queue_waiting_on_full_workers_is_saturation_not_a_stall() {
     // A slot frees and still nothing is taken: a stall, on a clock started
     // at the last poll that saw every slot taken (waiting for a slot was no
     // stall).
-    assert_eq!(poll(8, Saturated::default()), ExecutorHealth::Healthy);
-    assert_eq!(poll(11, Saturated::default()), ExecutorHealth::Healthy);
+    assert_eq!(poll(8, 1), ExecutorHealth::Healthy);
+    assert_eq!(poll(11, 1), ExecutorHealth::Healthy);
     assert_eq!(
-        poll(12, Saturated::default()),
+        poll(12, 1),
         unhealthy("queue gpu: messages waiting, none taken in 5m")
     );
 }
@@ -329,7 +358,7 @@ fn a_queue_whose_depth_never_goes_down_is_stalled() {
 #[test]
 fn findings_combine_with_the_check_and_each_other() {
     let start = Instant::now();
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     let queues = || {
         vec![
             queue("default", Some(0), Some(2)),
@@ -361,7 +390,7 @@ fn findings_combine_with_the_check_and_each_other() {
     assert_eq!(detail.queues, queues());
 
     // Several brokers (a failover list) name the broker too.
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     let other = QueueDetail {
         broker: "redis://standby:6379/0".into(),
         ..queue("gpu", Some(4), Some(0))
@@ -389,7 +418,7 @@ fn findings_combine_with_the_check_and_each_other() {
 
 #[test]
 fn rules_off_still_show_the_evidence() {
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     let start = Instant::now();
     for minute in 0..10 {
         let judged = watch.judge(
@@ -413,7 +442,7 @@ fn rules_off_still_show_the_evidence() {
 /// (timed out, or the broker did not answer: the check's verdict is unhealthy
 /// and carries no queue).
 #[derive(Clone, Copy)]
-enum Poll {
+enum Sight {
     Seen(Option<u64>, Option<u32>),
     Blind,
 }
@@ -421,20 +450,20 @@ enum Poll {
 /// The verdicts of a sequence of polls a minute apart (limit 5m), and the first
 /// poll from which every verdict is unhealthy (`None`: never, or it flickered
 /// back to healthy at the end).
-fn sequence(polls: &[Poll]) -> (Vec<ExecutorHealth>, Option<usize>) {
+fn sequence(polls: &[Sight]) -> (Vec<ExecutorHealth>, Option<usize>) {
     let start = Instant::now();
-    let mut watch = FlowWatch::default();
+    let mut watch = Flow::default();
     let verdicts: Vec<ExecutorHealth> = polls
         .iter()
         .enumerate()
         .map(|(minute, poll)| {
             let at = start + Duration::from_secs(60 * minute as u64);
             let observation = match *poll {
-                Poll::Seen(depth, consumers) => with_queues(
+                Sight::Seen(depth, consumers) => with_queues(
                     ExecutorHealth::Healthy,
                     vec![queue("gpu", depth, consumers)],
                 ),
-                Poll::Blind => unhealthy("no reply within 500ms").into(),
+                Sight::Blind => unhealthy("no reply within 500ms").into(),
             };
             watch.judge(observation, None, LIMIT, at).health
         })
@@ -449,10 +478,10 @@ fn sequence(polls: &[Poll]) -> (Vec<ExecutorHealth>, Option<usize>) {
 
 #[test]
 fn a_continuing_fault_never_reads_healthy_between_polls_that_could_not_see() {
-    use Poll::{Blind, Seen};
+    use Sight::{Blind, Seen};
     let waiting = |consumers| Seen(Some(4), consumers);
     // (case, polls, the first poll from which every verdict is unhealthy)
-    let cases: Vec<(&str, Vec<Poll>, Option<usize>)> = vec![
+    let cases: Vec<(&str, Vec<Sight>, Option<usize>)> = vec![
         (
             "consumers unknown, unknown, zero, unknown: the none-taken clock runs on",
             [
@@ -526,7 +555,7 @@ fn a_continuing_fault_never_reads_healthy_between_polls_that_could_not_see() {
 
 #[test]
 fn a_blind_poll_shows_the_check_s_reason_and_the_finding_of_the_clock_it_kept() {
-    use Poll::{Blind, Seen};
+    use Sight::{Blind, Seen};
     let (verdicts, _) = sequence(&[
         Seen(Some(4), Some(0)),
         Blind,
