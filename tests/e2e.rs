@@ -32,6 +32,7 @@ mod interop_edge;
 mod limits;
 mod logs;
 mod newcomer;
+mod no_worker;
 mod package;
 mod probes;
 mod prometheus;

@@ -12,16 +12,19 @@
 //! | # | rule | module | unhealthy when | reason |
 //! |---|---|---|---|---|
 //! | 1 | queued too long | [`queued`] | task instances in `queued` longer than `max_queued_age` | `task instances queued longer than 5m on queue default` |
-//! | 2 | workers at capacity | [`saturation`] | every worker's slots taken while work waits, for `max_at_capacity` | `workers at capacity: all 32 slots taken on 2 workers for 5m, work waiting` |
-//! | 3 | stalled queue | [`stall`] | a queue with messages and no consumer, or whose depth never went down, for `max_queued_age` | `queue gpu: messages waiting and no worker consumed it in 5m` |
-//! | 4 | executor at capacity | [`capacity`] | every slot (`parallelism` × schedulers) taken while tasks wait in `scheduled`, for `max_at_capacity` | `at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for 30s, tasks waiting in scheduled` |
-//! | 5 | canary | [`canary`] | the plugin's canary failed or waited for a worker longer than `canary_max_pickup` | `canary on queue default failed` |
+//! | 2 | no worker online | [`no_worker`] | work waits and no worker takes work, on two polls in a row | `no worker online while work waits` |
+//! | 3 | executor at capacity | [`capacity`] | every slot (`parallelism` × schedulers) taken while tasks wait in `scheduled`, for `max_at_capacity` | `at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for 30s, tasks waiting in scheduled` |
+//! | 4 | workers at capacity | [`saturation`] | every worker's slots taken while work waits, for `max_at_capacity` | `workers at capacity: all 32 slots taken on 2 workers for 5m, work waiting` |
+//! | 5 | stalled queue | [`stall`] | a queue with messages and no consumer, or whose depth never went down, for `max_queued_age` | `queue gpu: messages waiting and no worker consumed it in 5m` |
+//! | 6 | canary | [`canary`] | the plugin's canary failed or waited for a worker longer than `canary_max_pickup` | `canary on queue default failed` |
 //!
 //! A rule that runs earlier may leave a fact for the later ones in the
-//! [`Poll`]: while every worker is full (rule 2), a queue whose depth does not
-//! go down waits for a slot, and the stall rule (3) leaves it to the
-//! saturation's finding, which names the cause. The same holds for a cause the
-//! check named itself: a rule that would only repeat it in other words stays
+//! [`Poll`] (or in the detail): Airflow's counts of what runs (rule 3) check
+//! the workers' own (rule 4), and while every worker is full (rule 4) a queue
+//! whose depth does not go down waits for a slot: the stall rule (5) leaves it
+//! to the saturation's finding, which names the cause. The same holds for a cause the
+//! check named itself: a rule that would only repeat it in other words (no
+//! worker online, when the check already says the last worker is gone) stays
 //! silent while the check's verdict is `unhealthy`.
 //!
 //! Adding a rule touches its module here, one line in [`Rules::standard`], the
@@ -56,6 +59,7 @@
 
 pub mod canary;
 pub mod capacity;
+pub mod no_worker;
 pub mod queued;
 pub mod saturation;
 pub mod stall;
@@ -162,18 +166,19 @@ impl Rules {
             max_queued_age,
             rules: vec![
                 Box::new(queued::QueuedTooLong::new(max_queued_age)),
-                Box::new(saturation::SaturationWatch::new(executor.max_at_capacity)),
-                Box::new(stall::QueuesWatch::new(max_queued_age)),
+                Box::new(no_worker::NoWorkerOnline::default()),
                 Box::new(capacity::CapacityWatch::new(
                     executor.parallelism,
                     executor.max_at_capacity,
                 )),
+                Box::new(saturation::SaturationWatch::new(executor.max_at_capacity)),
+                Box::new(stall::QueuesWatch::new(max_queued_age)),
                 Box::new(canary::Canary::new(executor.canary_max_pickup)),
             ],
         }
     }
 
-    /// The rules on queued work and queues only (1 and 3), over `max_age`.
+    /// The rules on queued work and queues only (1 and 5), over `max_age`.
     pub fn flow(max_age: Duration) -> Self {
         Self {
             max_queued_age: max_age,

@@ -1,4 +1,4 @@
-//! Rule 3, worker saturation: every worker's task slots taken while work waits.
+//! Rule 4, worker saturation: every worker's task slots taken while work waits.
 //!
 //! Airflow's `[core] parallelism` is the executor's cap ([`crate::capacity`]);
 //! the workers have caps of their own: a Celery worker runs at most its
@@ -20,6 +20,12 @@
 //! failed, the heartbeats unheard for a moment) neither starts nor stops the
 //! clock: a saturation that continues through it keeps its finding.
 //!
+//! The workers' counts are checked against Airflow's: when they say they run
+//! more than Airflow holds `running` or `queued` for the executor (read by the
+//! capacity rule, which runs first), they outlive their tasks (a worker that
+//! reconnected after a broker restart keeps reporting tasks long finished) and
+//! make no verdict: the rule is silent, its clock stopped.
+//!
 //! While every worker is full, the rule leaves that fact to the stall rule
 //! ([`super::Poll::workers_full`]), which then does not blame the queues.
 
@@ -28,7 +34,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Found, Poll, Rule};
-use crate::detail::{Detail, QueuedTasks, WorkerDetail};
+use crate::detail::{CapacityDetail, Detail, QueuedTasks, WorkerDetail};
 use crate::duration;
 
 /// Whether `worker` takes work now, by the state its executor keeps: a Celery
@@ -58,6 +64,28 @@ fn all_taken(workers: &[WorkerDetail]) -> Option<(usize, Option<u64>)> {
             .map(|(sum, n)| sum + u64::from(n));
     }
     (taking > 0).then_some((taking, slots))
+}
+
+/// Whether the workers' own counts of what they run outlive their tasks: more
+/// taken, by the workers' word, than Airflow holds `running` or `queued` for
+/// the executor (a worker reconnected after a broker restart goes on
+/// reporting the tasks it had, finished long since). Such counts make no
+/// verdict. `false` when Airflow's counts are not read.
+fn outlived(workers: &[WorkerDetail], capacity: Option<&CapacityDetail>) -> bool {
+    let Some(capacity) = capacity else {
+        return false;
+    };
+    let said: u64 = workers
+        .iter()
+        .filter(|w| takes_work(w))
+        .filter_map(|w| {
+            w.heartbeat.as_ref().and_then(|h| h.active).or_else(|| {
+                let (slots, free) = w.concurrency.zip(w.free_concurrency)?;
+                Some(u64::from(slots.saturating_sub(free)))
+            })
+        })
+        .sum();
+    said > capacity.running + capacity.queued
 }
 
 /// Whether work waits: messages in a queue the check read, or task instances
@@ -106,10 +134,10 @@ impl SaturationWatch {
             // Not seen this time: the evidence kept stands.
             return self.full_since.as_ref().and_then(|_| self.last.clone());
         };
-        let Some((workers, slots)) = work_waits(detail, queued)
-            .then(|| all_taken(workers))
-            .flatten()
-        else {
+        let Some((workers, slots)) = (work_waits(detail, queued)
+            && !outlived(workers, detail.capacity.as_ref()))
+        .then(|| all_taken(workers))
+        .flatten() else {
             self.full_since = None;
             self.last = None;
             return None;
@@ -313,5 +341,37 @@ mod tests {
         let room = detail(vec![worker(Some("online"), Some(2), Some(1))], 4);
         assert_eq!(watch.finding(Some(&room), None, max, at(8)), None);
         assert_eq!(watch.finding(None, None, max, at(9)), None);
+    }
+
+    #[test]
+    fn counts_that_outlive_their_tasks_make_no_verdict() {
+        let max = Duration::from_secs(5);
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        // A worker reconnected after a broker restart: its heartbeats still
+        // say 16 run, Airflow holds none running and 1 queued.
+        let mut stale = detail(vec![worker(Some("online"), Some(16), Some(0))], 3);
+        let airflow = |running, queued| CapacityDetail {
+            slots: 32,
+            parallelism: 32,
+            schedulers: 1,
+            running,
+            queued,
+            scheduled: 0,
+        };
+        stale.capacity = Some(airflow(0, 1));
+        let mut watch = SaturationWatch::default();
+        for s in 0..20 {
+            assert_eq!(watch.finding(Some(&stale), None, max, at(s)), None, "{s}s");
+        }
+        assert!(!watch.full());
+        // Airflow agrees the 16 run: a saturation, found after the limit.
+        let mut full = stale.clone();
+        full.capacity = Some(airflow(15, 1));
+        assert_eq!(watch.finding(Some(&full), None, max, at(20)), None);
+        assert!(
+            watch.finding(Some(&full), None, max, at(25)).is_some(),
+            "the counts Airflow confirms make the verdict"
+        );
     }
 }
