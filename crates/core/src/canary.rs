@@ -124,11 +124,15 @@ impl CanaryRead {
     /// it runs the tasks that name no executor), at most `max_pickup` for a
     /// worker to start a queued canary; `None` when the canary is not
     /// installed or none of its runs is this executor's.
+    ///
+    /// `schedulers` is how many of Airflow's schedulers are alive, when known:
+    /// a canary that stopped running is blamed on them when none is.
     pub fn for_executor(
         &self,
         index: usize,
         default: bool,
         max_pickup: Duration,
+        schedulers: Option<u32>,
     ) -> Option<CanaryJudged> {
         let dag = self.dag.as_ref()?;
         let tasks: Vec<&CanaryTask> = self
@@ -203,6 +207,18 @@ impl CanaryRead {
                 "import errors",
                 Some(format!("canary DAG {DAG_ID} does not import")),
             )
+        } else if let Some(every) = self.silent(&tasks).filter(|_| !max_pickup.is_zero()) {
+            let cause = match schedulers {
+                Some(0) => ": the scheduler is not running",
+                _ => "",
+            };
+            (
+                "not running",
+                Some(format!(
+                    "canary DAG {DAG_ID} has not run for two of its intervals (every {}){cause}",
+                    duration::age(every)
+                )),
+            )
         } else {
             match dag.next_run_after {
                 Some(at) if !max_pickup.is_zero() && self.age(at) >= max_pickup => (
@@ -227,6 +243,21 @@ impl CanaryRead {
         }
         judged.blind = blind;
         Some(judged)
+    }
+
+    /// The canary's period, when its latest run is older than three of them
+    /// (its logical date starts the interval whose end made the run: two
+    /// periods have passed since the next run was due). The period is the
+    /// step between its two latest runs; with fewer, it is not known. Airflow's
+    /// dag-processor moves `next_dagrun_create_after` on whether or not a
+    /// scheduler is there to create the run, so only the runs themselves tell.
+    fn silent(&self, tasks: &[&CanaryTask]) -> Option<Duration> {
+        let mut dates: Vec<DateTime<Utc>> = tasks.iter().map(|t| t.logical_date).collect();
+        dates.sort_unstable_by(|a, b| b.cmp(a));
+        dates.dedup();
+        let (&newest, &before) = (dates.first()?, dates.get(1)?);
+        let every = (newest - before).to_std().ok().filter(|d| !d.is_zero())?;
+        (self.age(newest) >= every * 3).then_some(every)
     }
 
     /// The picked-up canaries of the runs read, `(run_id, queue, seconds from

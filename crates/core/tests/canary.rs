@@ -93,7 +93,7 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
         // Not installed: no rule.
         let read = canary::read(&db.conn, &routes, now).await.unwrap();
         assert_eq!(read.dag, None, "{backend:?}");
-        assert_eq!(read.for_executor(0, true, pickup), None, "{backend:?}");
+        assert_eq!(read.for_executor(0, true, pickup, Some(1)), None, "{backend:?}");
 
         dag(&db, false, Some(now + chrono::Duration::seconds(15))).await;
         // Oldest first: a success (out of the runs read), a failure before any
@@ -118,7 +118,7 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
             "{backend:?}: the latest three, newest first"
         );
         assert!(read.tasks.iter().all(|t| t.owner == Some(0)), "{backend:?}");
-        let judged = read.for_executor(0, true, pickup).expect("judged");
+        let judged = read.for_executor(0, true, pickup, Some(1)).expect("judged");
         assert_eq!(
             judged.findings,
             ["canary on queue default: no worker started it within 30s"],
@@ -151,7 +151,7 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
             .await;
         let read = canary::read(&db.conn, &routes, now).await.unwrap();
         assert_eq!(
-            read.for_executor(0, true, pickup).unwrap().findings,
+            read.for_executor(0, true, pickup, Some(1)).unwrap().findings,
             ["canary on queue default failed before a worker started it"],
             "{backend:?}"
         );
@@ -159,7 +159,7 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
         // Paused, the flag as each backend stores it: unknown, saying so.
         dag(&db, true, None).await;
         let read = canary::read(&db.conn, &routes, now).await.unwrap();
-        let judged = read.for_executor(0, true, pickup).unwrap();
+        let judged = read.for_executor(0, true, pickup, Some(1)).unwrap();
         assert_eq!(
             judged.blind.as_deref(),
             Some("canary DAG overseer_canary is paused"),

@@ -16,10 +16,11 @@ fn scheduled(now: DateTime<Utc>) -> DagRow {
     }
 }
 
-/// Run `n` (a logical date `n` periods of 300 s after the first) on `queue`.
+/// Run `n` on `queue`: runs every 300 s, run 3 the latest Airflow could
+/// have made by `now` (its logical date 300 s ago).
 fn task(now: DateTime<Utc>, n: i64, queue: &str, state: Option<&str>) -> CanaryTask {
     CanaryTask {
-        logical_date: now - chrono::Duration::seconds(10_000 - 300 * n),
+        logical_date: now - chrono::Duration::seconds(300 * (4 - n)),
         run_id: format!("scheduled__{n}"),
         queue: queue.into(),
         owner: Some(0),
@@ -31,7 +32,7 @@ fn task(now: DateTime<Utc>, n: i64, queue: &str, state: Option<&str>) -> CanaryT
 }
 
 fn judged(read: &CanaryRead) -> CanaryJudged {
-    read.for_executor(0, true, PICKUP)
+    read.for_executor(0, true, PICKUP, Some(1))
         .expect("the canary judges")
 }
 
@@ -126,7 +127,7 @@ fn a_canary_that_cannot_run_is_blind_and_one_never_installed_is_no_rule() {
         dag: None,
         tasks: vec![],
     };
-    assert_eq!(read.for_executor(0, true, PICKUP), None, "not installed");
+    assert_eq!(read.for_executor(0, true, PICKUP, Some(1)), None, "not installed");
 
     read.dag = Some(scheduled(now));
     read.tasks = vec![failed];
@@ -212,11 +213,11 @@ fn each_executor_is_judged_on_its_own_canaries_and_the_default_one_on_the_dag() 
         dag: Some(scheduled(now)),
         tasks: vec![mine("gpu", Some(1)), mine("default", Some(0))],
     };
-    let gpu = read.for_executor(1, false, PICKUP).expect("its own");
+    let gpu = read.for_executor(1, false, PICKUP, Some(1)).expect("its own");
     assert_eq!(gpu.findings, ["canary on queue gpu failed"]);
     assert_eq!(gpu.detail.queues.len(), 1);
     // An executor with no canary of its own, not the default: no rule.
-    assert_eq!(read.for_executor(2, false, PICKUP), None);
+    assert_eq!(read.for_executor(2, false, PICKUP, Some(1)), None);
     // Not run yet: the default executor is judged on the DAG alone.
     let fresh = CanaryRead {
         read_at: now,
@@ -227,14 +228,14 @@ fn each_executor_is_judged_on_its_own_canaries_and_the_default_one_on_the_dag() 
         tasks: vec![],
     };
     let default = fresh
-        .for_executor(0, true, PICKUP)
+        .for_executor(0, true, PICKUP, Some(1))
         .expect("the default one");
     assert!(default.detail.queues.is_empty());
     assert_eq!(
         default.blind.as_deref(),
         Some("canary DAG overseer_canary is paused")
     );
-    assert_eq!(fresh.for_executor(1, false, PICKUP), None);
+    assert_eq!(fresh.for_executor(1, false, PICKUP, Some(1)), None);
 }
 
 #[test]
@@ -256,4 +257,60 @@ fn each_pickup_is_counted_once_however_many_reads_see_it() {
     read.tasks.insert(0, picked(2));
     assert_eq!(seen.new_pickups(&read, 0), [("default".to_owned(), 2.0)]);
     assert!(seen.new_pickups(&read, 1).is_empty(), "not executor 1's");
+}
+
+#[test]
+fn a_canary_that_stopped_running_says_so_and_blames_a_dead_scheduler() {
+    let now = Utc::now();
+    let succeeded = |n: i64| CanaryTask {
+        queued: at(now, 1),
+        started: at(now, 1),
+        ended: at(now, 1),
+        ..task(now, n, "default", Some("success"))
+    };
+    // Runs every 300 s, the latest's logical date 300 s ago: on time.
+    let mut read = CanaryRead {
+        read_at: now,
+        dag: Some(scheduled(now)),
+        tasks: vec![succeeded(3), succeeded(2)],
+    };
+    assert_eq!(read.for_executor(0, true, PICKUP, Some(1)).unwrap().blind, None);
+    // 899 s: two periods since the next was due not yet past.
+    read.read_at = now + chrono::Duration::seconds(599);
+    read.dag = Some(scheduled(read.read_at));
+    assert_eq!(read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind, None);
+    // 900 s, the dag-processor still moving its next run forward: not running.
+    read.read_at = now + chrono::Duration::seconds(600);
+    read.dag = Some(scheduled(read.read_at));
+    let judged = read.for_executor(0, true, PICKUP, Some(0)).unwrap();
+    assert_eq!(
+        judged.blind.as_deref(),
+        Some(
+            "canary DAG overseer_canary has not run for two of its intervals (every 5m): \
+             the scheduler is not running"
+        )
+    );
+    assert_eq!(judged.detail.dag, "not running");
+    // A scheduler alive (or not known): no cause named. The reason holds still
+    // while the silence grows.
+    read.read_at = now + chrono::Duration::seconds(6000);
+    read.dag = Some(scheduled(read.read_at));
+    for schedulers in [Some(2), None] {
+        assert_eq!(
+            read.for_executor(0, true, PICKUP, schedulers)
+                .unwrap()
+                .blind
+                .as_deref(),
+            Some("canary DAG overseer_canary has not run for two of its intervals (every 5m)")
+        );
+    }
+    // One run alone: its period is not known, nothing said.
+    read.tasks = vec![succeeded(3)];
+    assert_eq!(read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind, None);
+    // The rule off with the pickup's: nothing said.
+    read.tasks = vec![succeeded(3), succeeded(2)];
+    assert_eq!(
+        read.for_executor(0, true, Duration::ZERO, Some(0)).unwrap().blind,
+        None
+    );
 }

@@ -5,7 +5,9 @@
 //! what each state of the canary means). This rule takes that judgement into
 //! the verdict: a canary that failed, or waited for a worker longer than
 //! `canary_max_pickup`, is a finding; a canary that cannot run makes an
-//! executor that would read `healthy` read `unknown`. Each pickup is counted
+//! executor that would read `healthy` read `unknown`, and so does a canary
+//! that stopped running (its latest run three of its periods old), blaming
+//! the scheduler when none is alive. Each pickup is counted
 //! once in the executor's stats, however many polls see it.
 
 use std::time::Duration;
@@ -46,7 +48,10 @@ impl Rule for Canary {
         if let Some(stats) = poll.stats {
             stats.observe_pickups(pickups);
         }
-        let Some(judged) = read.for_executor(airflow.index, airflow.default, self.max_pickup)
+        // Airflow's live schedulers, as the capacity's read counted them.
+        let schedulers = airflow.snapshot.capacity.as_ref().map(|c| c.schedulers);
+        let Some(judged) =
+            read.for_executor(airflow.index, airflow.default, self.max_pickup, schedulers)
         else {
             return;
         };
