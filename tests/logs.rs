@@ -169,6 +169,73 @@ async fn a_redis_broker_that_dies_and_returns_is_one_warn_and_one_info_line() {
     assert_eq!(verdicts, 2, "the first verdict, then the return: {log:#?}");
 }
 
+/// A fault whose cause changes while the executor stays unhealthy: one `WARN`
+/// when it turns unhealthy, one `INFO` naming the new cause and the old, and
+/// nothing more while each cause holds.
+#[tokio::test]
+async fn a_new_cause_while_unhealthy_is_one_info_line_naming_both() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    // The probe says what the file says, exit 1: unhealthy for that reason.
+    let cause = dir.path().join("cause");
+    std::fs::write(&cause, "disk full\n").unwrap();
+    let probe = dir.path().join("probe.sh");
+    std::fs::write(
+        &probe,
+        format!("#!/bin/sh\ncat '{}'\nexit 1\n", cause.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&probe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("overseer.toml"),
+        format!(
+            "[supervisor]\npoll_interval = \"1s\"\nrefresh_interval = \"200ms\"\n\n\
+             [[executors]]\nname = \"LocalExecutor\"\ncheck_command = [\"{}\"]\n",
+            probe.display()
+        ),
+    )
+    .unwrap();
+    let serving =
+        Serving::start(at_default_level(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    let reason = |j: &Value| {
+        j["executor"]["instances"]
+            .as_array()
+            .and_then(|all| all.iter().find(|i| i["executor"] == "LocalExecutor"))
+            .map(|i| i["reason"].clone())
+    };
+    health_until(&serving, "unhealthy: disk full", |j| {
+        reason(j).is_some_and(|r| r == "disk full")
+    });
+    let polled = metric(&serving, "overseer_polls_total{executor=\"LocalExecutor\"");
+    wait_for_polls(&serving, "LocalExecutor", polled + 2.0);
+    std::fs::write(&cause, "disk gone\n").unwrap();
+    health_until(&serving, "unhealthy: disk gone", |j| {
+        reason(j).is_some_and(|r| r == "disk gone")
+    });
+    let polled = metric(&serving, "overseer_polls_total{executor=\"LocalExecutor\"");
+    wait_for_polls(&serving, "LocalExecutor", polled + 2.0);
+    let (code, log) = serving.terminate();
+    assert_eq!(code, Some(0));
+
+    let warnings = at(&log, "WARN");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one WARN, when it turned unhealthy: {log:#?}"
+    );
+    assert!(warnings[0].contains("reason=disk full"), "{}", warnings[0]);
+    let changed: Vec<_> = at(&log, "INFO")
+        .into_iter()
+        .filter(|l| l.contains("executor still unhealthy, for another reason"))
+        .collect();
+    assert_eq!(changed.len(), 1, "one INFO for the new cause: {log:#?}");
+    assert!(
+        changed[0].contains("reason=disk gone") && changed[0].contains("previous=disk full"),
+        "{}",
+        changed[0]
+    );
+}
+
 /// Requests no HTTP server should accept, each answered with a 4xx and the
 /// connection closed.
 const MALFORMED: &[&[u8]] = &[

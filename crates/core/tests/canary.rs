@@ -93,7 +93,11 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
         // Not installed: no rule.
         let read = canary::read(&db.conn, &routes, now).await.unwrap();
         assert_eq!(read.dag, None, "{backend:?}");
-        assert_eq!(read.for_executor(0, true, pickup, Some(1)), None, "{backend:?}");
+        assert_eq!(
+            read.for_executor(0, true, pickup, Some(1)),
+            None,
+            "{backend:?}"
+        );
 
         dag(&db, false, Some(now + chrono::Duration::seconds(15))).await;
         // Oldest first: a success (out of the runs read), a failure before any
@@ -151,7 +155,9 @@ async fn the_canary_s_latest_runs_are_read_and_judged_on_every_backend() {
             .await;
         let read = canary::read(&db.conn, &routes, now).await.unwrap();
         assert_eq!(
-            read.for_executor(0, true, pickup, Some(1)).unwrap().findings,
+            read.for_executor(0, true, pickup, Some(1))
+                .unwrap()
+                .findings,
             ["canary on queue default failed before a worker started it"],
             "{backend:?}"
         );

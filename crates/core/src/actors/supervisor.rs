@@ -412,15 +412,17 @@ impl HealthSupervisor {
 }
 
 /// One line per change of state, none per poll: `WARN` when an executor turns
-/// unhealthy (with the reason), `INFO` when it is healthy (again) or unknown. A
-/// new reason while it stays unhealthy is `DEBUG` (a reason may carry a count
-/// that changes at every poll). `lasted` is how long `before`'s state lasted.
+/// unhealthy (with the reason), `INFO` when it is healthy (again) or unknown,
+/// and when it stays unhealthy for another reason (both reasons said: a fault
+/// that changed its cause, or a second one beside it; reasons hold still while
+/// a fault lasts, so this is one line per change of cause, not per poll).
+/// `lasted` is how long `before`'s state lasted.
 fn log_change(executor: &str, before: &ExecutorHealth, after: &ExecutorHealth, lasted: Duration) {
     use ExecutorHealth::{Healthy, Unhealthy, Unknown};
     match (before, after) {
         (Unhealthy { reason: old }, Unhealthy { reason }) => {
             if old != reason {
-                tracing::debug!(executor = %executor, %reason, "executor still unhealthy, for another reason");
+                tracing::info!(executor = %executor, %reason, previous = %old, "executor still unhealthy, for another reason");
             }
         }
         (_, Unhealthy { reason }) => {

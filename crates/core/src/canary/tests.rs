@@ -127,7 +127,11 @@ fn a_canary_that_cannot_run_is_blind_and_one_never_installed_is_no_rule() {
         dag: None,
         tasks: vec![],
     };
-    assert_eq!(read.for_executor(0, true, PICKUP, Some(1)), None, "not installed");
+    assert_eq!(
+        read.for_executor(0, true, PICKUP, Some(1)),
+        None,
+        "not installed"
+    );
 
     read.dag = Some(scheduled(now));
     read.tasks = vec![failed];
@@ -213,7 +217,9 @@ fn each_executor_is_judged_on_its_own_canaries_and_the_default_one_on_the_dag() 
         dag: Some(scheduled(now)),
         tasks: vec![mine("gpu", Some(1)), mine("default", Some(0))],
     };
-    let gpu = read.for_executor(1, false, PICKUP, Some(1)).expect("its own");
+    let gpu = read
+        .for_executor(1, false, PICKUP, Some(1))
+        .expect("its own");
     assert_eq!(gpu.findings, ["canary on queue gpu failed"]);
     assert_eq!(gpu.detail.queues.len(), 1);
     // An executor with no canary of its own, not the default: no rule.
@@ -274,11 +280,17 @@ fn a_canary_that_stopped_running_says_so_and_blames_a_dead_scheduler() {
         dag: Some(scheduled(now)),
         tasks: vec![succeeded(3), succeeded(2)],
     };
-    assert_eq!(read.for_executor(0, true, PICKUP, Some(1)).unwrap().blind, None);
+    assert_eq!(
+        read.for_executor(0, true, PICKUP, Some(1)).unwrap().blind,
+        None
+    );
     // 899 s: two periods since the next was due not yet past.
     read.read_at = now + chrono::Duration::seconds(599);
     read.dag = Some(scheduled(read.read_at));
-    assert_eq!(read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind, None);
+    assert_eq!(
+        read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind,
+        None
+    );
     // 900 s, the dag-processor still moving its next run forward: not running.
     read.read_at = now + chrono::Duration::seconds(600);
     read.dag = Some(scheduled(read.read_at));
@@ -306,11 +318,16 @@ fn a_canary_that_stopped_running_says_so_and_blames_a_dead_scheduler() {
     }
     // One run alone: its period is not known, nothing said.
     read.tasks = vec![succeeded(3)];
-    assert_eq!(read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind, None);
+    assert_eq!(
+        read.for_executor(0, true, PICKUP, Some(0)).unwrap().blind,
+        None
+    );
     // The rule off with the pickup's: nothing said.
     read.tasks = vec![succeeded(3), succeeded(2)];
     assert_eq!(
-        read.for_executor(0, true, Duration::ZERO, Some(0)).unwrap().blind,
+        read.for_executor(0, true, Duration::ZERO, Some(0))
+            .unwrap()
+            .blind,
         None
     );
 }
