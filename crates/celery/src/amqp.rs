@@ -39,7 +39,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::broker::held::Listener;
 use crate::broker::{self, Answers, BrokerProbe, Reason};
-use crate::detail::QueueDepth;
+use crate::detail::{BrokerRead, QueueDepth};
 use crate::events::WorkerEvents;
 use crate::ping::{Pidbox, Unsent};
 use crate::tls;
@@ -75,6 +75,30 @@ enum Declared {
 }
 
 impl AmqpCheck {
+    /// Opens (or reuses) the connection and a channel, and declares each queue
+    /// passively: their depths and consumers.
+    async fn depths(
+        &self,
+        queues: &[String],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<QueueDepth>, Reason> {
+        let mut state = self.state.lock().await;
+        let reused = state.conn.as_ref().is_some_and(|c| c.status().connected());
+        let conn = self.connection(&mut state, deadline, budget).await?;
+        let result = self.declare_all(&conn, queues, deadline, budget).await;
+        if result.is_err() && !conn.status().connected() {
+            state.conn = None;
+            if reused {
+                // The pooled connection broke since the last poll (a restarted broker):
+                // the verdict is about the broker now, so try once more on a fresh one.
+                let conn = self.connection(&mut state, deadline, budget).await?;
+                return self.declare_all(&conn, queues, deadline, budget).await;
+            }
+        }
+        result
+    }
+
     pub(crate) fn new(broker: &AmqpBroker, identity: &str) -> Self {
         let uri = AMQPUri {
             scheme: if broker.tls.is_some() {
@@ -247,21 +271,15 @@ impl BrokerProbe for AmqpCheck {
         queues: &[String],
         deadline: Instant,
         budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Reason> {
-        let mut state = self.state.lock().await;
-        let reused = state.conn.as_ref().is_some_and(|c| c.status().connected());
-        let conn = self.connection(&mut state, deadline, budget).await?;
-        let result = self.declare_all(&conn, queues, deadline, budget).await;
-        if result.is_err() && !conn.status().connected() {
-            state.conn = None;
-            if reused {
-                // The pooled connection broke since the last poll (a restarted broker):
-                // the verdict is about the broker now, so try once more on a fresh one.
-                let conn = self.connection(&mut state, deadline, budget).await?;
-                return self.declare_all(&conn, queues, deadline, budget).await;
-            }
-        }
-        result
+    ) -> Result<BrokerRead, Reason> {
+        let queues = self.depths(queues, deadline, budget).await?;
+        // AMQP keeps the unacknowledged count from its clients, and the
+        // broker's start from them too.
+        Ok(BrokerRead {
+            queues,
+            delivered: None,
+            started_at: None,
+        })
     }
 
     /// Celery's remote-control ping (`active_queues`), on the pooled connection.

@@ -13,7 +13,7 @@ use overseer_core::detail::WorkerDetail;
 use overseer_core::duration;
 use tokio::time::Instant;
 
-use crate::detail::QueueDepth;
+use crate::detail::BrokerRead;
 use crate::events::WorkerEvents;
 use crate::ping::{Pidbox, Unsent};
 pub(crate) use held::Answers;
@@ -28,14 +28,15 @@ pub(crate) type Reason = String;
 #[async_trait::async_trait]
 pub(crate) trait BrokerProbe: Send + Sync {
     /// Checks the broker serves as the master Celery sends tasks to, and reads the
-    /// depth of `queues`, all before `deadline` (`budget` is the same bound, as a
-    /// length, for reasons).
+    /// depth of `queues` (and, where the transport can say, the messages it
+    /// delivered unacknowledged and when it started), all before `deadline`
+    /// (`budget` is the same bound, as a length, for reasons).
     async fn probe(
         &self,
         queues: &[String],
         deadline: Instant,
         budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Reason>;
+    ) -> Result<BrokerRead, Reason>;
 
     /// Celery's remote-control ping (`active_queues`, see [`crate::ping`]) on this
     /// broker, on the connection the probe left open: answers until `window_end`, then

@@ -13,7 +13,7 @@
 //! with credentials.
 
 use chrono::{DateTime, Utc};
-use overseer_core::detail::{Detail, EventsDetail, QueueDetail, WorkerDetail};
+use overseer_core::detail::{BrokerDetail, Detail, EventsDetail, QueueDetail, WorkerDetail};
 use overseer_core::{ExecutorHealth, Observation, reason};
 use serde::Serialize;
 
@@ -97,10 +97,19 @@ impl Probe {
             (Some(heard), ping) => Some(merged(heard, ping.unwrap_or_default())),
             (None, ping) => ping.map(<[WorkerDetail]>::to_vec),
         };
+        let brokers = answered()
+            .filter(|b| b.delivered.is_some() || b.started_at.is_some())
+            .map(|b| BrokerDetail {
+                broker: b.broker.clone(),
+                delivered: b.delivered,
+                started_at: b.started_at,
+            })
+            .collect();
         Detail {
             queues,
             workers,
             queued_tasks: None,
+            brokers,
             worker_events: self.subscriptions.clone(),
             canary: None,
             capacity: None,
@@ -145,6 +154,10 @@ pub struct BrokerReport {
     pub status: BrokerStatus,
     /// The configured queues' depths, when it answered.
     pub queues: Vec<QueueDepth>,
+    /// Messages it delivered unacknowledged, when it answered and can say.
+    pub delivered: Option<u64>,
+    /// When it started, when it answered and can say.
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Whether a broker answered.
@@ -157,6 +170,19 @@ pub enum BrokerStatus {
     Failed(String),
     /// It is not checked: its transport has no check yet, or needs TLS.
     Unchecked(String),
+}
+
+/// What one probe read of a broker that answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerRead {
+    /// The configured queues' depths.
+    pub queues: Vec<QueueDepth>,
+    /// Messages delivered to workers and not yet acknowledged (Redis: kombu's
+    /// `unacked` hash); `None` where the transport cannot say (AMQP).
+    pub delivered: Option<u64>,
+    /// When the broker started, by its own uptime (Redis: `INFO server`, held
+    /// still while its `run_id` is the same); `None` when not known.
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// The depth of one configured queue on one broker.
@@ -215,6 +241,8 @@ mod tests {
             broker: broker.into(),
             status,
             queues,
+            delivered: None,
+            started_at: None,
         }
     }
 

@@ -41,11 +41,12 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::broker::held::{self, Listener};
 use crate::broker::{self, Answers, BrokerProbe, Reason, timed_out};
-use crate::detail::QueueDepth;
+use crate::detail::{BrokerRead, QueueDepth};
 use crate::events::{self, WorkerEvents};
 use crate::ping::{Pidbox, Unsent};
 use crate::tls::{self, Verification};
 use crate::url::{Password, RedisAddress, RedisBroker, SentinelBroker, TlsOptions};
+use chrono::{DateTime, Timelike, Utc};
 use overseer_core::check::Alarm;
 use overseer_core::detail::WorkerDetail;
 use overseer_core::secret::scrub_with;
@@ -97,7 +98,16 @@ pub(crate) struct RedisCheck {
     /// A mutex (not a lock-free cell) because a probe replaces it as a whole; the
     /// supervisor's in-flight guard means it is never contended in practice.
     conn: Mutex<Option<MultiplexedConnection>>,
+    /// The server's `run_id` and the start its uptime gave when that run was
+    /// first seen: the start read again at every poll would move by a second
+    /// with the rounding of the uptime, and a reason that names it would not
+    /// hold still.
+    started: std::sync::Mutex<Option<(String, DateTime<Utc>)>>,
 }
+
+/// kombu's Redis hash of the messages delivered to a worker and not yet
+/// acknowledged (its `unacked_key`): prefetched, or running with `acks_late`.
+const UNACKED: &str = "unacked";
 
 /// How a command on an open connection failed.
 enum Failure {
@@ -164,6 +174,7 @@ impl RedisCheck {
             tls: broker.tls.clone(),
             host,
             conn: Mutex::new(None),
+            started: std::sync::Mutex::new(None),
         }
     }
 
@@ -185,17 +196,20 @@ impl RedisCheck {
             // The master's name is known only once a sentinel gives it.
             host: String::new(),
             conn: Mutex::new(None),
+            started: std::sync::Mutex::new(None),
         }
     }
 
-    /// `PING`, `ROLE` and the `LLEN`s, on an open connection.
+    /// `PING`, `ROLE`, then in one round trip the `LLEN`s, the `HLEN` of the
+    /// messages delivered unacknowledged and `INFO server` (its start), on an
+    /// open connection.
     async fn commands(
         &self,
         mut conn: MultiplexedConnection,
         queues: &[String],
         deadline: Instant,
         budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Failure> {
+    ) -> Result<BrokerRead, Failure> {
         let failure = |e: redis::RedisError| {
             if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() {
                 Failure::Broken(self.describe(e, budget))
@@ -227,15 +241,25 @@ impl RedisCheck {
                 pipe.cmd("LLEN").arg(key);
             }
         }
-        let lengths: Vec<u64> = if queues.is_empty() {
-            Vec::new()
-        } else {
-            timeout_at(deadline, pipe.query_async(&mut conn))
-                .await
-                .map_err(timed_out)?
-                .map_err(failure)?
-        };
-        Ok(queues
+        pipe.cmd("HLEN").arg(UNACKED);
+        pipe.cmd("INFO").arg("server");
+        let mut values: Vec<Value> = timeout_at(deadline, pipe.query_async(&mut conn))
+            .await
+            .map_err(timed_out)?
+            .map_err(failure)?;
+        let info: String = values
+            .pop()
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or_default();
+        let delivered: Option<u64> = values.pop().and_then(|v| redis::from_redis_value(v).ok());
+        let lengths: Vec<u64> = values
+            .into_iter()
+            .map(redis::from_redis_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                Failure::Answered(format!("broker {} answered LLEN with {e}", self.identity))
+            })?;
+        let depths = queues
             .iter()
             .zip(lengths.chunks(4))
             .map(|(queue, lengths)| QueueDepth {
@@ -244,7 +268,36 @@ impl RedisCheck {
                 consumers: None,
                 note: None,
             })
-            .collect())
+            .collect();
+        Ok(BrokerRead {
+            queues: depths,
+            delivered,
+            started_at: self.started_at(&info),
+        })
+    }
+
+    /// When the server started, from `INFO server`'s `run_id` and
+    /// `uptime_in_seconds`: the start first computed for a run, for as long
+    /// as the run is the same.
+    fn started_at(&self, info: &str) -> Option<DateTime<Utc>> {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let run_id = field("run_id")?;
+        let mut started = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, at)) = started.as_ref().filter(|(run, _)| run == run_id) {
+            return Some(*at);
+        }
+        let uptime: i64 = field("uptime_in_seconds")?.parse().ok()?;
+        let at = Utc::now() - chrono::Duration::seconds(uptime);
+        let at = at.with_nanosecond(0).unwrap_or(at);
+        *started = Some((run_id.to_owned(), at));
+        Some(at)
     }
 
     fn timed_out(&self, budget: Duration) -> Reason {
@@ -308,7 +361,7 @@ impl BrokerProbe for RedisCheck {
         queues: &[String],
         deadline: Instant,
         budget: Duration,
-    ) -> Result<Vec<QueueDepth>, Reason> {
+    ) -> Result<BrokerRead, Reason> {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.clone() {
             match self.commands(conn, queues, deadline, budget).await {

@@ -100,6 +100,7 @@ fn expected(broker: &str, names: &Names, worker: &Worker) -> Detail {
             heartbeat: None,
         }]),
         queued_tasks: None,
+        brokers: Vec::new(),
         worker_events: Vec::new(),
         canary: None,
         capacity: None,

@@ -82,6 +82,64 @@ async fn a_killed_broker_is_unhealthy_then_healthy_again_once_restarted() {
     assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
 }
 
+/// What the lost-work rule weighs beside the queues: the messages kombu holds
+/// delivered unacknowledged (its `unacked` hash), and when the server started,
+/// held still while its run is the same and moved by a restart, which empties
+/// both (the server keeps nothing on disk, as the machine's Redis does not).
+#[tokio::test]
+async fn delivered_messages_and_the_broker_s_start_are_read_and_a_restart_moves_it() {
+    let Some(mut server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let url = server.url(None, 0);
+    let mut conn = support::redis_conn(&url);
+    for tag in ["tag-1", "tag-2"] {
+        redis::cmd("HSET")
+            .arg("unacked")
+            .arg(tag)
+            .arg("[{}, \"\", \"default\"]")
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    redis::cmd("LPUSH")
+        .arg("default")
+        .arg("{}")
+        .query::<()>(&mut conn)
+        .unwrap();
+    let check = check(&url, &["default"]);
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    let broker = &probe.brokers[0];
+    assert_eq!(broker.delivered, Some(2), "{probe:?}");
+    assert_eq!(broker.queues[0].messages, Some(1), "{probe:?}");
+    let started = broker.started_at.expect("the start, from INFO server");
+    assert!(
+        chrono::Utc::now() - started < chrono::Duration::seconds(60),
+        "{started}"
+    );
+    let detail = probe.detail();
+    assert_eq!(detail.brokers.len(), 1, "{detail:?}");
+    assert_eq!(detail.brokers[0].broker, url);
+    assert_eq!(detail.brokers[0].delivered, Some(2));
+
+    // The same run: the same start, to the second, whatever the uptime's rounding.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(poll(&check).await.1.brokers[0].started_at, Some(started));
+
+    server.kill();
+    server.resume().expect("the server starts again");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    let broker = &probe.brokers[0];
+    assert_eq!(broker.delivered, Some(0), "restarted empty: {probe:?}");
+    assert_eq!(broker.queues[0].messages, Some(0), "{probe:?}");
+    assert!(
+        broker.started_at.expect("the new start") > started,
+        "{probe:?}"
+    );
+}
+
 /// A broker killed while a poll's connection waits for its first answer: its
 /// kernel resets the connection, which is also how a TLS port ends plain bytes.
 /// The port's refusal right after says which it was: the broker is down, and

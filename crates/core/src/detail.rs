@@ -117,6 +117,10 @@ pub struct Detail {
     /// `task_instance` table; `null` when the database has none (Overseer's
     /// own SQLite) or could not be read.
     pub queued_tasks: Option<QueuedTasks>,
+    /// Each broker that answered, with the messages it holds delivered to
+    /// workers and not yet acknowledged, and when it started (a Celery check on
+    /// Redis); empty when the transport cannot say.
+    pub brokers: Vec<BrokerDetail>,
     /// Each broker's subscription to the workers' heartbeats (a Celery check
     /// with `worker_events`); empty when there is none.
     pub worker_events: Vec<EventsDetail>,
@@ -135,6 +139,7 @@ impl Detail {
         self.queues.is_empty()
             && self.workers.is_none()
             && self.queued_tasks.is_none()
+            && self.brokers.is_empty()
             && self.worker_events.is_empty()
             && self.canary.is_none()
             && self.capacity.is_none()
@@ -255,6 +260,24 @@ pub struct QueueDetail {
     /// workers that answered `active_queues` naming it. `null` when the
     /// transport cannot say (Redis without `worker_ping`).
     pub consumers: Option<u32>,
+}
+
+/// What one broker holds beside its queues: the messages it delivered to
+/// workers that have not acknowledged them yet, and when it started. Together
+/// with the queues' depths, where the broker keeps every message a task
+/// instance queued in Airflow has ([`crate::rules::lost`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct BrokerDetail {
+    /// The broker, without credentials (`redis://broker:6379/0`).
+    pub broker: String,
+    /// Messages delivered to a worker and not acknowledged (kombu's `unacked`
+    /// hash on Redis: prefetched, or running with `acks_late`); `null` when
+    /// the transport cannot say (AMQP keeps the count from its clients).
+    pub delivered: Option<u64>,
+    /// When the broker started, by its own uptime; `null` when not known.
+    #[serde(serialize_with = "optional_timestamp")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// One worker: a Celery worker that answered the ping, or an Edge worker

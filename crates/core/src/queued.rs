@@ -128,6 +128,22 @@ impl Snapshot {
         }
     }
 
+    /// Per queue, the task instances of the executor at `index` queued longer
+    /// than `limit` when the snapshot was read; `None` when the read did not
+    /// count against that limit.
+    pub fn queued_longer_than(&self, index: usize, limit: Duration) -> Option<Vec<(&str, u64)>> {
+        let at = self.limits.iter().position(|l| *l == limit)?;
+        let mut queues: Vec<(&str, u64)> = Vec::new();
+        for row in self.rows.iter().filter(|r| r.owner == Some(index)) {
+            let n = row.overdue.get(at).copied().unwrap_or(0);
+            match queues.iter_mut().find(|(q, _)| *q == row.queue) {
+                Some((_, count)) => *count += n,
+                None => queues.push((row.queue.as_str(), n)),
+            }
+        }
+        Some(queues)
+    }
+
     fn age(&self, at: DateTime<Utc>) -> u64 {
         (self.read_at - at).num_seconds().max(0).unsigned_abs()
     }

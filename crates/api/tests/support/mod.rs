@@ -11,8 +11,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use overseer_api::ApiState;
 use overseer_api::metrics::Metrics;
 use overseer_core::detail::{
-    CanaryDetail, CanaryOnQueue, CapacityDetail, Detail, EventsDetail, LoadAverage, QueueDetail,
-    QueuedOnQueue, QueuedTasks, Seconds, WorkerDetail, WorkerHeartbeat,
+    BrokerDetail, CanaryDetail, CanaryOnQueue, CapacityDetail, Detail, EventsDetail, LoadAverage,
+    QueueDetail, QueuedOnQueue, QueuedTasks, Seconds, WorkerDetail, WorkerHeartbeat,
 };
 use overseer_core::entity::job;
 use overseer_core::report::{ExecutorHealthKind, RowExtras, Thresholds, type_index};
@@ -191,6 +191,11 @@ pub fn full_detail() -> Detail {
                 },
             ],
         }),
+        brokers: vec![BrokerDetail {
+            broker: "redis://broker:6379/0".into(),
+            delivered: Some(2),
+            started_at: DateTime::from_timestamp(1_764_000_000, 0),
+        }],
         worker_events: vec![EventsDetail {
             broker: "redis://broker:6379/0".into(),
             state: "listening".into(),
@@ -231,6 +236,7 @@ pub fn sparse_detail() -> Detail {
         queues: vec![queue("default", "redis://broker:6379/0", None, None)],
         workers: None,
         queued_tasks: None,
+        brokers: Vec::new(),
         worker_events: Vec::new(),
         canary: None,
         capacity: None,

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::{CeleryCheck, CheckSettings};
 use crate::amqp::AmqpCheck;
 use crate::broker::{Answers, BrokerProbe, Reason};
-use crate::detail::{BrokerReport, BrokerStatus, QueueDepth};
+use crate::detail::{BrokerRead, BrokerReport, BrokerStatus};
 use crate::error::{BrokerUrlError, Result};
 use crate::redis::RedisCheck;
 use crate::tls::Verification;
@@ -119,7 +119,7 @@ impl CeleryCheck {
                 (index, result)
             });
         }
-        let mut results: Vec<Option<std::result::Result<Vec<QueueDepth>, Option<Reason>>>> =
+        let mut results: Vec<Option<std::result::Result<BrokerRead, Option<Reason>>>> =
             (0..self.inner.targets.len()).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             match joined {
@@ -130,21 +130,25 @@ impl CeleryCheck {
 
         let mut brokers = Vec::with_capacity(results.len());
         for (target, result) in self.inner.targets.iter().zip(results) {
-            let (status, queues) = match (result, &target.check) {
+            let (status, read) = match (result, &target.check) {
                 (_, BrokerCheck::Unchecked(why)) => {
-                    (BrokerStatus::Unchecked(why.clone()), Vec::new())
+                    (BrokerStatus::Unchecked(why.clone()), BrokerRead::default())
                 }
-                (Some(Ok(queues)), _) => (BrokerStatus::Answered, queues),
-                (Some(Err(Some(reason))), _) => (BrokerStatus::Failed(reason), Vec::new()),
+                (Some(Ok(read)), _) => (BrokerStatus::Answered, read),
+                (Some(Err(Some(reason))), _) => {
+                    (BrokerStatus::Failed(reason), BrokerRead::default())
+                }
                 _ => (
                     BrokerStatus::Failed(format!("broker {}: the check failed", target.identity)),
-                    Vec::new(),
+                    BrokerRead::default(),
                 ),
             };
             brokers.push(BrokerReport {
                 broker: target.identity.clone(),
                 status,
-                queues,
+                queues: read.queues,
+                delivered: read.delivered,
+                started_at: read.started_at,
             });
         }
         brokers

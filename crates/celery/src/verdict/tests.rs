@@ -42,6 +42,8 @@ fn failed(broker: &str, reason: &str) -> BrokerReport {
         broker: broker.into(),
         status: BrokerStatus::Failed(reason.into()),
         queues: Vec::new(),
+        delivered: None,
+        started_at: None,
     }
 }
 
@@ -75,6 +77,8 @@ fn reasons_and_notes_are_one_bounded_line() {
         broker: "redis://ok:6379/0".into(),
         status: BrokerStatus::Answered,
         queues: Vec::new(),
+        delivered: None,
+        started_at: None,
     }];
     through.extend((0..8).map(hostile));
     let (health, note) = verdict(&through, Workers::default(), window, 0);
@@ -110,6 +114,8 @@ fn a_worker_that_consumes_no_queue_is_named_at_once() {
         broker: "redis://ok:6379/0".into(),
         status: BrokerStatus::Answered,
         queues: Vec::new(),
+        delivered: None,
+        started_at: None,
     }];
     let ping = |answered: Vec<WorkerDetail>| WorkerPing {
         answered,
@@ -189,6 +195,8 @@ fn answered() -> [BrokerReport; 1] {
         broker: "redis://ok:6379/0".into(),
         status: BrokerStatus::Answered,
         queues: Vec::new(),
+        delivered: None,
+        started_at: None,
     }]
 }
 

@@ -179,6 +179,7 @@ fn detail(fleet: &Fleet, configured: &[String], instance: &str) -> Detail {
         queues,
         workers: Some(workers),
         queued_tasks: None,
+        brokers: Vec::new(),
         worker_events: Vec::new(),
         canary: None,
         capacity: None,

@@ -156,6 +156,9 @@ pub(super) async fn start_actors(
         .map(|e| e.max_queued_age)
         .filter(|age| !age.is_zero())
         .collect();
+    // The lost-work rule counts the task instances queued long enough for
+    // their message to have reached the broker.
+    limits.push(crate::rules::lost::SETTLE);
     limits.sort();
     limits.dedup();
     let default_executor = routes.route(None, None);

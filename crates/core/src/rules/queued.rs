@@ -1,9 +1,11 @@
-//! Rule 1, queued too long: task instances Airflow holds in `queued` for the
+//! Rule 2, queued too long: task instances Airflow holds in `queued` for the
 //! executor longer than `max_queued_age` (default [`DEFAULT_MAX_QUEUED_AGE`];
 //! `0s` turns it off, and the stall rule with it).
 //!
 //! The task instances come from Airflow's `task_instance` table
-//! ([`crate::queued`]), counted overdue against the limit as they are read.
+//! ([`crate::queued`]), counted overdue against the limit as they are read. A
+//! queue whose task instances the lost-work rule found lost is its finding's,
+//! not this one's: the reason names the cause, not the wait.
 //! With them known, an executor whose check cannot tell (`unknown`: no check
 //! for its kind) gets their verdict: `healthy` when none is overdue.
 
@@ -39,14 +41,18 @@ impl Rule for QueuedTooLong {
             return;
         };
         found.judged = true;
-        found
-            .findings
-            .extend(queued.queues.iter().filter(|q| q.overdue > 0).map(|q| {
-                format!(
-                    "task instances queued longer than {} on queue {}",
-                    duration::age(self.max_age),
-                    q.queue
-                )
-            }));
+        found.findings.extend(
+            queued
+                .queues
+                .iter()
+                .filter(|q| q.overdue > 0 && !poll.lost_queues.contains(&q.queue))
+                .map(|q| {
+                    format!(
+                        "task instances queued longer than {} on queue {}",
+                        duration::age(self.max_age),
+                        q.queue
+                    )
+                }),
+        );
     }
 }

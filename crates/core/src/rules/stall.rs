@@ -1,4 +1,4 @@
-//! Rule 5, stalled queues: a queue with messages and no consumer, or one whose
+//! Rule 6, stalled queues: a queue with messages and no consumer, or one whose
 //! depth never went down, for `max_queued_age`.
 //!
 //! | evidence | unhealthy when | reason |
