@@ -31,6 +31,7 @@ mod interop_airflow;
 mod interop_edge;
 mod limits;
 mod logs;
+mod lost_work;
 mod newcomer;
 mod no_worker;
 mod package;
