@@ -10,10 +10,13 @@
 //!
 //! A worker takes work as the saturation rule says (a Celery worker heard
 //! `online`; an Edge worker `idle`, `running` or `starting`; one whose
-//! executor keeps no state, taken at its word). An executor whose check lists
-//! no workers (`detail.workers` is `null`: no heartbeats heard, no ping) leaves
-//! the rule silent; a poll that cannot see the workers keeps what the last one
-//! found, so a continuing fault never reads healthy in between.
+//! executor keeps no state, taken at its word). The rule needs workers known
+//! and none taking work: a check that lists none (`detail.workers` `null` or
+//! empty: no heartbeats heard, no ping; workers started `--without-heartbeat`
+//! are never heard) cannot tell "none" from "none heard", and a queue whose
+//! broker counts a consumer on it (RabbitMQ) has a worker, heard or not. A
+//! poll that cannot see the workers keeps what the last one found, so a
+//! continuing fault never reads healthy in between.
 //!
 //! While the check itself says `unhealthy` it has named the cause (the last
 //! worker gone without a goodbye, the broker down): the rule keeps counting
@@ -37,13 +40,16 @@ pub struct NoWorkerOnline {
 
 impl Rule for NoWorkerOnline {
     fn judge(&mut self, poll: &mut Poll<'_>, found: &mut Found) {
-        if let Some(workers) = poll.detail.workers.as_deref() {
-            let none_online = !workers.iter().any(takes_work);
+        let consumed = poll.detail.queues.iter().any(|q| q.consumers > Some(0));
+        if let Some(workers) = poll.detail.workers.as_deref().filter(|w| !w.is_empty()) {
+            let none_online = !workers.iter().any(takes_work) && !consumed;
             self.polls = if none_online && poll.work_waits() {
                 self.polls.saturating_add(1)
             } else {
                 0
             };
+        } else if consumed {
+            self.polls = 0;
         }
         let stated = matches!(poll.check, ExecutorHealth::Unhealthy { .. });
         if self.polls >= POLLS && !stated {
@@ -104,10 +110,10 @@ mod tests {
             // Work arrives: one poll may catch it on its way.
             (seen(healthy.clone(), offline(), 3), healthy.clone()),
             (seen(healthy.clone(), offline(), 3), finding.clone()),
-            // None ever heard at all: the same.
-            (seen(healthy.clone(), Some(vec![]), 5), finding.clone()),
-            // A poll that cannot see the workers keeps the finding.
+            // A poll that cannot see the workers keeps the finding; so does
+            // one that hears none (it cannot tell none from none heard).
             (seen(healthy.clone(), None, 5), finding.clone()),
+            (seen(healthy.clone(), Some(vec![]), 5), finding.clone()),
             // The check names a cause of its own: the reason stays its alone.
             (
                 seen(ExecutorHealth::unhealthy("broker down"), offline(), 5),
@@ -122,6 +128,39 @@ mod tests {
         for (i, (observation, expected)) in polls.into_iter().enumerate() {
             let judged = rules.judge(observation, None, None, now);
             assert_eq!(judged.health, expected, "poll {i}");
+        }
+    }
+
+    #[test]
+    fn workers_never_heard_or_a_consumer_the_broker_counts_are_no_finding() {
+        let seen = |workers: Option<Vec<crate::detail::WorkerDetail>>, consumers: Option<u32>| {
+            Observation::new(
+                ExecutorHealth::Healthy,
+                Detail {
+                    queues: vec![QueueDetail {
+                        name: "default".into(),
+                        broker: "amqp://127.0.0.1:5672//".into(),
+                        depth: Some(7),
+                        consumers,
+                    }],
+                    workers,
+                    ..Detail::default()
+                },
+            )
+        };
+        let mut rules = Rules::standard(&crate::Executor::unchecked("CeleryExecutor"));
+        let now = Instant::now();
+        for (workers, consumers) in [
+            // Workers started --without-heartbeat: none heard, work waits.
+            (Some(vec![]), None),
+            (Some(vec![]), None),
+            (None, None),
+            // A consumer RabbitMQ counts, though no worker is heard online.
+            (Some(vec![]), Some(1)),
+            (Some(vec![]), Some(1)),
+        ] {
+            let judged = rules.judge(seen(workers, consumers), None, None, now);
+            assert_eq!(judged.health, ExecutorHealth::Healthy);
         }
     }
 }
