@@ -294,13 +294,14 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
 
     // Each part: (schema, its properties, each with the component it refers
     // to and whether it may be null).
-    let parts: [(&str, &[Property]); 10] = [
+    let parts: [(&str, &[Property]); 11] = [
         (
             "Detail",
             &[
                 ("queues", Some("QueueDetail"), false),
                 ("workers", Some("WorkerDetail"), true),
                 ("queued_tasks", Some("QueuedTasks"), true),
+                ("brokers", Some("BrokerDetail"), false),
                 ("worker_events", Some("EventsDetail"), false),
                 ("canary", Some("CanaryDetail"), true),
                 ("capacity", Some("CapacityDetail"), true),
@@ -335,6 +336,14 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
                 ("pickup_seconds", None, true),
                 ("run_seconds", None, true),
                 ("last_success", None, true),
+            ],
+        ),
+        (
+            "BrokerDetail",
+            &[
+                ("broker", None, false),
+                ("delivered", None, true),
+                ("started_at", None, true),
             ],
         ),
         (

@@ -75,6 +75,11 @@ fn without_subscriptions(mut detail: Detail, broker: &str) -> Detail {
     for subscription in detail.worker_events.drain(..) {
         assert_eq!(subscription.broker, broker, "{subscription:?}");
     }
+    // What the broker delivered and its start are another test's
+    // (`redis_broker`): here only that they name the broker.
+    for held in detail.brokers.drain(..) {
+        assert_eq!(held.broker, broker, "{held:?}");
+    }
     detail
 }
 
