@@ -42,5 +42,6 @@ mod saturation;
 mod schemathesis;
 mod secrets;
 mod tls;
+mod unconsumed;
 mod work_flowing;
 mod worker_events;

@@ -11,7 +11,9 @@
 //! flows (a queue nobody consumes, a queue that does not go down) is judged by the
 //! executor's actor from the [`Detail`](overseer_core::Detail) it returns
 //! ([`overseer_core::rules`]). A queue's consumers come from RabbitMQ's own count, or,
-//! on Redis, which keeps none, from the workers' answers to the ping (`active_queues`).
+//! on Redis, which keeps none, from the workers' answers to `active_queues`: the
+//! ping's, with `worker_ping`, else the `inquiry`'s, made by default when a worker
+//! comes online and every few minutes.
 //!
 //! # Construction
 //!
@@ -34,6 +36,7 @@
 //! - `settings`: [`CheckSettings`], Airflow's defaults, the queues refused.
 //! - `brokers`: each broker with its transport's probe, probed at once.
 //! - `ping`: the workers pinged on every broker that answered.
+//! - `inquiry`: which queues each worker consumes, asked rarely, by default.
 //! - `assemble`: what a run gathered judged into a [`Probe`].
 //! - `held`: the connections held between polls.
 //! - `executor`: the check as a supervised executor ([`executor`], [`executor_with`]).
@@ -42,6 +45,7 @@ mod assemble;
 mod brokers;
 mod executor;
 mod held;
+mod inquiry;
 pub(crate) mod ping;
 mod settings;
 
@@ -56,7 +60,7 @@ use crate::backend::BackendProbe;
 use crate::budget::Budgets;
 use crate::detail::Probe;
 use crate::error::Result;
-use crate::events::WorkerEvents;
+use crate::events::{State, WorkerEvents};
 use crate::ping::Pidbox;
 use crate::url::BrokerUrl;
 use crate::verdict::HeldPing;
@@ -64,6 +68,7 @@ use crate::verdict::HeldPing;
 use assemble::Gathered;
 use brokers::Target;
 use held::Held;
+use inquiry::Inquiry;
 
 pub use executor::{executor, executor_with};
 pub use settings::{AIRFLOW_DEFAULT_QUEUE, CheckSettings, DEFAULT_WORKER_CONCURRENCY};
@@ -84,6 +89,8 @@ struct Inner {
     backend: Option<BackendProbe>,
     /// The last ping that said something of the workers ([`HeldPing`]).
     last_ping: Mutex<HeldPing>,
+    /// Which queues each worker consumes, without `worker_ping` (`inquiry`).
+    inquiry: Mutex<Inquiry>,
     /// The workers as their events tell them, with `worker_events`.
     events: Option<Arc<WorkerEvents>>,
     /// The executor's alarm, when this check is an executor's: its brokers are
@@ -136,6 +143,7 @@ impl CeleryCheck {
                 pidbox: Pidbox::new(&settings.control_exchange),
                 backend: settings.result_backend.clone().map(BackendProbe::new),
                 last_ping: Mutex::new(HeldPing::default()),
+                inquiry: Mutex::new(Inquiry::default()),
                 events: settings
                     .worker_events
                     .then(|| Arc::new(WorkerEvents::default())),
@@ -179,6 +187,18 @@ impl CeleryCheck {
         let inner = &self.inner;
         let checked_at = Utc::now();
         let settings = &inner.settings;
+        // Without the ping, the workers heard online are asked what they
+        // consume when one is new, and rarely besides (`inquiry`).
+        let heard = inner.events.as_deref().and_then(WorkerEvents::workers);
+        let online: Vec<&str> = heard
+            .iter()
+            .flatten()
+            .filter(|w| w.state == State::Online)
+            .map(|w| w.name.as_str())
+            .collect();
+        let inquire = !settings.worker_ping
+            && heard.is_some()
+            && lock(&inner.inquiry).start(online.iter().copied(), Instant::now());
         let Budgets {
             brokers: budget,
             window,
@@ -195,6 +215,14 @@ impl CeleryCheck {
         let workers = if settings.worker_ping {
             Some(self.ping(&mut brokers, window, cleanup).await)
         } else {
+            if inquire {
+                self.inquire(brokers.clone());
+            }
+            let mut inquiry = lock(&inner.inquiry);
+            if let Some(heard) = &heard {
+                inquiry.keep_only(heard.iter().map(|w| w.name.as_str()));
+            }
+            inquiry.count_consumers(&mut brokers, &online);
             None
         };
         let probe = self.assemble(Gathered {
@@ -206,6 +234,22 @@ impl CeleryCheck {
         });
         self.log(&probe);
         probe
+    }
+
+    /// Asks the workers what they consume, in a task of its own with a window
+    /// of its own ([`inquiry::WINDOW`]), past this poll: its answers serve the
+    /// polls after it. It counts no consumers itself (a worker that does not
+    /// answer would be one missing): the inquiry counts from what it kept.
+    fn inquire(&self, mut brokers: Vec<crate::detail::BrokerReport>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            // Ends the inquiry however the task ends.
+            let asking = inquiry::Asking(&this.inner.inquiry);
+            let answers = this
+                .ping(&mut brokers, inquiry::WINDOW, crate::ping::CLEANUP_WAIT)
+                .await;
+            asking.answered(&answers);
+        });
     }
 
     /// The run's line at DEBUG.
@@ -225,6 +269,14 @@ impl CeleryCheck {
             "celery check"
         );
     }
+}
+
+/// A lock that a panic elsewhere does not make unusable: what it guards is
+/// whole after every call.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Workers heard by their heartbeats, counted by state: `3 online, 1 gone`.

@@ -124,10 +124,12 @@ fn merged(heard: &[WorkerDetail], pinged: &[WorkerDetail]) -> Vec<WorkerDetail> 
     let mut workers: Vec<WorkerDetail> = heard
         .iter()
         .map(|worker| WorkerDetail {
+            // What the ping heard, else what the inquiry last heard.
             queues: pinged
                 .iter()
                 .find(|p| p.name == worker.name)
-                .and_then(|p| p.queues.clone()),
+                .and_then(|p| p.queues.clone())
+                .or_else(|| worker.queues.clone()),
             ..worker.clone()
         })
         .collect();

@@ -73,6 +73,9 @@ impl Observation {
                 scrub(&mut queue.name);
                 scrub(&mut queue.broker);
             }
+            for broker in &mut detail.brokers {
+                scrub(&mut broker.broker);
+            }
             for worker in detail.workers.iter_mut().flatten() {
                 scrub(&mut worker.name);
                 worker.queues.iter_mut().flatten().for_each(scrub);

@@ -112,6 +112,11 @@ impl CeleryCheck {
             workers,
             subscriptions,
             heartbeats: heard.map(|heard| {
+                let inquiry = self
+                    .inner
+                    .inquiry
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 heard
                     .into_iter()
                     .map(|worker| {
@@ -123,8 +128,8 @@ impl CeleryCheck {
                                     slots.saturating_sub(u32::try_from(active).unwrap_or(u32::MAX))
                                 });
                         WorkerDetail {
+                            queues: inquiry.queues_of(&worker.name),
                             name: worker.name,
-                            queues: None,
                             state: Some(worker.state.as_str().to_owned()),
                             concurrency,
                             free_concurrency: free,

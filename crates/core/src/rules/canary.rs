@@ -1,4 +1,4 @@
-//! Rule 7, the canary: work proven to flow end to end, queue by queue.
+//! Rule 8, the canary: work proven to flow end to end, queue by queue.
 //!
 //! The plugin's `overseer_canary` DAG runs one trivial task on each queue;
 //! [`crate::canary`] reads its task instances and judges them (its table of
@@ -61,7 +61,7 @@ impl Rule for Canary {
             .findings
             .extend(judged.findings.into_iter().filter(|finding| {
                 !poll
-                    .lost_queues
+                    .explained
                     .iter()
                     .any(|queue| crate::canary::finding_on(finding, queue))
             }));

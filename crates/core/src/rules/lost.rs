@@ -167,7 +167,7 @@ impl Rule for LostWork {
         let Some((read_at, sides)) = Self::sides(poll) else {
             // Not seen this time: the evidence kept stands.
             if let Some((queues, finding)) = &self.last {
-                poll.lost_queues.clone_from(queues);
+                poll.explained.extend(queues.iter().cloned());
                 found.findings.push(finding.clone());
             }
             return;
@@ -199,7 +199,7 @@ impl Rule for LostWork {
         // The count said holds while the fewest missing does: a reason that
         // holds still while the fault does.
         let finding = Self::finding(poll, fewest, &sides);
-        poll.lost_queues.clone_from(&sides.queues);
+        poll.explained.extend(sides.queues.iter().cloned());
         found.findings.push(finding.clone());
         self.last = Some((sides.queues, finding));
     }

@@ -12,20 +12,21 @@
 //! | # | rule | module | unhealthy when | reason |
 //! |---|---|---|---|---|
 //! | 1 | lost work | [`lost`] | more task instances `queued` in Airflow than messages waiting or delivered in the broker, on two polls and two refreshes | `16 task instances lost on queue default: their messages are gone from broker redis://broker:6379/0 (it restarted at 02:51:20 UTC); Airflow requeues them after its task_queued_timeout` |
-//! | 2 | queued too long | [`queued`] | task instances in `queued` longer than `max_queued_age` | `task instances queued longer than 5m on queue default` |
-//! | 3 | no worker online | [`no_worker`] | work waits and no worker takes work, on two polls in a row | `no worker online while work waits` |
-//! | 4 | executor at capacity | [`capacity`] | every slot (`parallelism` × schedulers) taken while tasks wait in `scheduled`, for `max_at_capacity` | `at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for 30s, tasks waiting in scheduled` |
-//! | 5 | workers at capacity | [`saturation`] | every worker's slots taken while work waits, for `max_at_capacity` | `workers at capacity: all 32 slots taken on 2 workers for 5m, work waiting` |
-//! | 6 | stalled queue | [`stall`] | a queue with messages and no consumer, or whose depth never went down, for `max_queued_age` | `queue gpu: messages waiting and no worker consumed it in 5m` |
-//! | 7 | canary | [`canary`] | the plugin's canary failed or waited for a worker longer than `canary_max_pickup` | `canary on queue default failed` |
+//! | 2 | a queue nobody consumes | [`unconsumed`] | work waits on a queue (messages, or Airflow's queued task instances) that no worker taking work consumes, on two polls in a row | `queue nowhere: work waiting, no worker consumes it` |
+//! | 3 | queued too long | [`queued`] | task instances in `queued` longer than `max_queued_age` | `task instances queued longer than 5m on queue default` |
+//! | 4 | no worker online | [`no_worker`] | work waits and no worker takes work, on two polls in a row | `no worker online while work waits` |
+//! | 5 | executor at capacity | [`capacity`] | every slot (`parallelism` × schedulers) taken while tasks wait in `scheduled`, for `max_at_capacity` | `at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for 30s, tasks waiting in scheduled` |
+//! | 6 | workers at capacity | [`saturation`] | every worker's slots taken while work waits, for `max_at_capacity` | `workers at capacity: all 32 slots taken on 2 workers for 5m, work waiting` |
+//! | 7 | stalled queue | [`stall`] | a queue with messages and no consumer, or whose depth never went down, for `max_queued_age` | `queue gpu: messages waiting and no worker consumed it in 5m` |
+//! | 8 | canary | [`canary`] | the plugin's canary failed or waited for a worker longer than `canary_max_pickup` | `canary on queue default failed` |
 //!
 //! A rule that runs earlier may leave a fact for the later ones in the
-//! [`Poll`] (or in the detail): the queues whose task instances are lost
-//! (rule 1) are not also named as queued too long (2); Airflow's counts of
-//! what runs (rule 4) check the workers' own (rule 5), and while every worker
-//! is full (rule 5) a queue whose depth does not go down waits for a slot: the
-//! stall rule (6) leaves it to the saturation's finding, which names the
-//! cause. The same holds for a cause the check named itself: a rule that would
+//! [`Poll`] (or in the detail): the queues whose work is lost (rule 1) or
+//! that nobody consumes (2) are not also named as queued too long (3), stalled
+//! (7) or by the canary (8); Airflow's counts of what runs (rule 5) check the
+//! workers' own (rule 6), and while every worker is full (rule 6) a queue
+//! whose depth does not go down waits for a slot: the stall rule (7) leaves it
+//! to the saturation's finding, which names the cause. The same holds for a cause the check named itself: a rule that would
 //! only repeat it in other words (no worker online, when the check already
 //! says the last worker is gone) stays silent while the check's verdict is
 //! `unhealthy`.
@@ -67,6 +68,7 @@ pub mod no_worker;
 pub mod queued;
 pub mod saturation;
 pub mod stall;
+pub mod unconsumed;
 
 use std::time::Duration;
 
@@ -104,10 +106,11 @@ pub struct Poll<'a> {
     /// Every worker taking work has no slot free while work waits, now (left
     /// by the saturation rule for the stall rule).
     pub workers_full: bool,
-    /// The queues whose task instances the lost-work rule found lost (left for
-    /// the queued-too-long rule and the canary's, which would name the same
-    /// fault by its symptom).
-    pub lost_queues: Vec<String>,
+    /// The queues whose fault an earlier rule named by its cause (work lost,
+    /// nobody consuming): the later rules that would name it again by its
+    /// symptom (queued too long, a stalled queue, a canary not picked up)
+    /// leave them out.
+    pub explained: Vec<String>,
 }
 
 impl Poll<'_> {
@@ -174,6 +177,7 @@ impl Rules {
             max_queued_age,
             rules: vec![
                 Box::new(lost::LostWork::default()),
+                Box::new(unconsumed::Unconsumed::default()),
                 Box::new(queued::QueuedTooLong::new(max_queued_age)),
                 Box::new(no_worker::NoWorkerOnline::default()),
                 Box::new(capacity::CapacityWatch::new(
@@ -187,7 +191,7 @@ impl Rules {
         }
     }
 
-    /// The rules on queued work and queues only (2 and 6), over `max_age`.
+    /// The rules on queued work and queues only (3 and 7), over `max_age`.
     pub fn flow(max_age: Duration) -> Self {
         Self {
             max_queued_age: max_age,
@@ -237,7 +241,7 @@ impl Rules {
             stats,
             now,
             workers_full: false,
-            lost_queues: Vec::new(),
+            explained: Vec::new(),
         };
         for rule in &mut self.rules {
             rule.judge(&mut poll, &mut found);

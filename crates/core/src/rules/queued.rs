@@ -1,4 +1,4 @@
-//! Rule 2, queued too long: task instances Airflow holds in `queued` for the
+//! Rule 3, queued too long: task instances Airflow holds in `queued` for the
 //! executor longer than `max_queued_age` (default [`DEFAULT_MAX_QUEUED_AGE`];
 //! `0s` turns it off, and the stall rule with it).
 //!
@@ -45,7 +45,7 @@ impl Rule for QueuedTooLong {
             queued
                 .queues
                 .iter()
-                .filter(|q| q.overdue > 0 && !poll.lost_queues.contains(&q.queue))
+                .filter(|q| q.overdue > 0 && !poll.explained.contains(&q.queue))
                 .map(|q| {
                     format!(
                         "task instances queued longer than {} on queue {}",

@@ -1,4 +1,4 @@
-//! Rule 6, stalled queues: a queue with messages and no consumer, or one whose
+//! Rule 7, stalled queues: a queue with messages and no consumer, or one whose
 //! depth never went down, for `max_queued_age`.
 //!
 //! | evidence | unhealthy when | reason |
@@ -56,7 +56,7 @@ impl QueuesWatch {
         max_age: Duration,
         workers_full: bool,
         now: Instant,
-    ) -> Vec<String> {
+    ) -> Vec<(String, String)> {
         // The queues seen now in the order the check gave them, then those it
         // did not report, in a stable order.
         let mut order: Vec<(String, String)> = Vec::with_capacity(self.queues.len());
@@ -91,7 +91,7 @@ impl QueuesWatch {
                 } else {
                     format!("queue {queue}")
                 };
-                history.finding(&name, max_age, now)
+                Some((queue.clone(), history.finding(&name, max_age, now)?))
             })
             .collect()
     }
@@ -169,6 +169,13 @@ impl Rule for QueuesWatch {
             poll.workers_full,
             poll.now,
         );
-        found.findings.extend(findings);
+        // A queue an earlier rule named by its cause keeps its history here,
+        // but not a second reason.
+        found.findings.extend(
+            findings
+                .into_iter()
+                .filter(|(queue, _)| !poll.explained.contains(queue))
+                .map(|(_, finding)| finding),
+        );
     }
 }
