@@ -11,8 +11,10 @@
 //!    pickup latency, and `/metrics` has `overseer_canary_pickup_seconds`.
 //! 2. **nobody takes the queue**: that worker stopped, one consuming only
 //!    queue `other` (heartbeating, consuming, answering): the executor turns
-//!    `unhealthy`, `canary on queue default: no worker started it within 30s`,
-//!    with no other task waiting.
+//!    `unhealthy` naming the cause, `queue default: work waiting, no worker
+//!    consumes it` (the workers' queues asked by default) before the canary
+//!    has waited `canary_max_pickup`, then `canary on queue default: no
+//!    worker started it within 30s` beside it, with no other task waiting.
 //! 3. **a worker that cannot run tasks**: the stuck canary taken by a worker
 //!    on `default` whose `execution_api_server_url` points at a closed port
 //!    (Airflow 3's workers report through the api-server's execution API): the
@@ -181,12 +183,24 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     let started = Instant::now();
     stop_worker(&mut run, "good");
     start_worker(&mut run, "other", "other", None);
-    let pickup = format!("canary on queue default: no worker started it within {MAX_PICKUP}");
-    let stuck = run.wait_until("unhealthy, no worker took the canary", PHASE, || {
-        executor(&health).filter(|i| reason(i).contains(&pickup))
-    });
+    // The cause, not the symptom: the queue nobody consumes (the workers'
+    // queues asked by default), before the canary has waited 30 s.
+    let nobody = "queue default: work waiting, no worker consumes it";
+    let stuck = run.wait_until(
+        "unhealthy, no worker consumes the canary's queue",
+        PHASE,
+        || executor(&health).filter(|i| reason(i).contains(nobody)),
+    );
     assert_eq!(stuck["health"], "unhealthy", "{stuck}");
     eprintln!("canary: stuck: {}", reason(&stuck));
+    // Then the canary's own finding beside it, once it waited its limit: the
+    // next phase starts from a canary overdue, as it did when only the
+    // canary could tell.
+    let pickup = format!("canary on queue default: no worker started it within {MAX_PICKUP}");
+    let overdue = run.wait_until("the canary overdue too", PHASE, || {
+        executor(&health).filter(|i| reason(i).contains(&pickup))
+    });
+    assert!(reason(&overdue).contains(nobody), "{overdue}");
     timings.add(
         "nobody takes the queue (until unhealthy)",
         started.elapsed(),

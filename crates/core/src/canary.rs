@@ -110,14 +110,6 @@ pub struct CanaryJudged {
     pub blind: Option<String>,
 }
 
-/// Whether `finding` (one of [`CanaryJudged::findings`]) is about `queue`.
-pub fn finding_on(finding: &str, queue: &str) -> bool {
-    finding
-        .strip_prefix("canary on queue ")
-        .and_then(|rest| rest.strip_prefix(queue))
-        .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(' '))
-}
-
 /// Whether a task instance state is final, and a failure.
 fn finished(state: Option<&str>) -> Option<bool> {
     match state? {

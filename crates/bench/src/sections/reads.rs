@@ -100,7 +100,9 @@ pub async fn run(plan: &Plan) -> Result<Body> {
     let fill_seconds = filled.elapsed().as_secs_f64();
     let conn = pg::connect(&db.url()).await?;
     let routes = Routes::new(["CeleryExecutor", "KubernetesExecutor"]);
-    let limits = [Duration::from_secs(300)];
+    // What the reader counts against: the lost-work rule's settle time and
+    // the default max_queued_age.
+    let limits = [overseer_core::rules::lost::SETTLE, Duration::from_secs(300)];
     let mut timed: [(&str, Vec<f64>); 4] = [
         ("queued task instances (one grouped statement)", Vec::new()),
         ("slots taken and waiting, live schedulers (two)", Vec::new()),

@@ -189,26 +189,36 @@ mod tests {
     fn workers_are_asked_when_new_and_then_rarely() {
         let start = Instant::now();
         let at = |s: u64| start + Duration::from_secs(s);
-        let mutex = std::sync::Mutex::new(Inquiry::default());
-        let start = |online: &[&str], s: u64| {
-            super::super::lock(&mutex).start(online.iter().copied(), at(s))
-        };
-        assert!(start(&["celery@a"], 0), "never asked");
+        let mut inquiry = Inquiry::default();
+        assert!(inquiry.start(["celery@a"], at(0)), "never asked");
         // One out: no second meanwhile.
-        assert!(!start(&["celery@a"], 0));
-        Asking(&mutex).answered(&answered(&[("celery@a", &["default"])]));
-        assert!(!start(&["celery@a"], 5));
+        assert!(!inquiry.start(["celery@a"], at(0)));
+        inquiry.asking = false;
+        inquiry.answered(&answered(&[("celery@a", &["default"])]), at(0));
+        assert!(!inquiry.start(["celery@a"], at(5)));
         // A new worker: asked, once the last inquiry is 10 s old.
-        assert!(!start(&["celery@a", "celery@b"], 9));
-        assert!(start(&["celery@a", "celery@b"], 10));
-        drop(Asking(&mutex));
+        assert!(!inquiry.start(["celery@a", "celery@b"], at(9)));
+        assert!(inquiry.start(["celery@a", "celery@b"], at(10)));
+        inquiry.asking = false;
         // One that never answers does not make every poll an inquiry.
-        assert!(!start(&["celery@a", "celery@b"], 19));
+        assert!(!inquiry.start(["celery@a", "celery@b"], at(19)));
         // Everyone again after 5 minutes.
-        assert!(start(&["celery@a"], 310));
+        assert!(inquiry.start(["celery@a"], at(310)));
+        inquiry.asking = false;
         // An inquiry that went out on no broker asked nobody: asked again.
-        Asking(&mutex).answered(&WorkerPing::default());
-        assert!(start(&["celery@a"], 311));
+        inquiry.answered(&WorkerPing::default(), at(310));
+        assert!(inquiry.start(["celery@a"], at(311)));
+    }
+
+    #[test]
+    fn an_inquiry_ends_however_its_task_ends() {
+        let mutex = std::sync::Mutex::new(Inquiry::default());
+        assert!(super::super::lock(&mutex).start(["celery@a"], Instant::now()));
+        {
+            let _asking = Asking(&mutex);
+            // Dropped unanswered (the task ended, or panicked).
+        }
+        assert!(!super::super::lock(&mutex).asking);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Rule 8, the canary: work proven to flow end to end, queue by queue.
+//! The canary: work proven to flow end to end, queue by queue.
 //!
 //! The plugin's `overseer_canary` DAG runs one trivial task on each queue;
 //! [`crate::canary`] reads its task instances and judges them (its table of
@@ -7,8 +7,7 @@
 //! `canary_max_pickup`, is a finding; a canary that cannot run makes an
 //! executor that would read `healthy` read `unknown`, and so does a canary
 //! that stopped running (its latest run three of its periods old), blaming
-//! the scheduler when none is alive. A canary on a queue whose work the
-//! lost-work rule found lost adds nothing: its wait has that cause. Each pickup is counted
+//! the scheduler when none is alive. Each pickup is counted
 //! once in the executor's stats, however many polls see it.
 
 use std::time::Duration;
@@ -56,15 +55,11 @@ impl Rule for Canary {
         else {
             return;
         };
-        // A canary on a queue whose work is lost waits for the same cause.
-        found
-            .findings
-            .extend(judged.findings.into_iter().filter(|finding| {
-                !poll
-                    .explained
-                    .iter()
-                    .any(|queue| crate::canary::finding_on(finding, queue))
-            }));
+        // Its findings stand beside the other rules' whatever they named:
+        // the canary judges its own task instances over its own clock, and a
+        // cause that clears before the canary recovers (a worker for the queue
+        // that cannot run tasks) must not leave a moment that reads healthy.
+        found.findings.extend(judged.findings);
         found.blind = found.blind.take().or(judged.blind);
         poll.detail.canary = Some(judged.detail);
     }

@@ -1,4 +1,4 @@
-//! Rule 5, an executor at capacity: every slot taken while work waits.
+//! An executor at capacity: every slot taken while work waits.
 //!
 //! Airflow's `[core] parallelism` caps each scheduler's executor: at the cap,
 //! tasks sit in `scheduled` and nothing is unhealthy anywhere. Each refresh

@@ -1,4 +1,4 @@
-//! Rule 1, lost work: task instances Airflow holds in `queued` whose messages
+//! Lost work: task instances Airflow holds in `queued` whose messages
 //! the broker no longer has.
 //!
 //! Airflow's scheduler marks a task instance `queued` and sends its message to

@@ -23,7 +23,7 @@
 //! A rule that runs earlier may leave a fact for the later ones in the
 //! [`Poll`] (or in the detail): the queues whose work is lost (rule 1) or
 //! that nobody consumes (2) are not also named as queued too long (3), stalled
-//! (7) or by the canary (8); Airflow's counts of what runs (rule 5) check the
+//! (7); Airflow's counts of what runs (rule 5) check the
 //! workers' own (rule 6), and while every worker is full (rule 6) a queue
 //! whose depth does not go down waits for a slot: the stall rule (7) leaves it
 //! to the saturation's finding, which names the cause. The same holds for a cause the check named itself: a rule that would
@@ -32,7 +32,8 @@
 //! `unhealthy`.
 //!
 //! Adding a rule touches its module here, one line in [`Rules::standard`], the
-//! table above and its tests.
+//! table above and its tests. The numbers live in this table alone: a rule's
+//! module names no place in the order.
 //!
 //! A reason holds still while its fault continues: it names the queue and the
 //! limit, never a count or an age that ticks from poll to poll (how many wait,
@@ -108,7 +109,7 @@ pub struct Poll<'a> {
     pub workers_full: bool,
     /// The queues whose fault an earlier rule named by its cause (work lost,
     /// nobody consuming): the later rules that would name it again by its
-    /// symptom (queued too long, a stalled queue, a canary not picked up)
+    /// symptom (queued too long, a stalled queue)
     /// leave them out.
     pub explained: Vec<String>,
 }

@@ -1,4 +1,4 @@
-//! Rule 4, no worker online while work waits.
+//! No worker online while work waits.
 //!
 //! Workers scaled to zero are no fault while nothing waits; with work waiting
 //! (messages in a queue the check read, or task instances Airflow holds in

@@ -1,4 +1,4 @@
-//! Rule 3, queued too long: task instances Airflow holds in `queued` for the
+//! Queued too long: task instances Airflow holds in `queued` for the
 //! executor longer than `max_queued_age` (default [`DEFAULT_MAX_QUEUED_AGE`];
 //! `0s` turns it off, and the stall rule with it).
 //!

@@ -1,4 +1,4 @@
-//! Rule 6, worker saturation: every worker's task slots taken while work waits.
+//! Worker saturation: every worker's task slots taken while work waits.
 //!
 //! Airflow's `[core] parallelism` is the executor's cap ([`crate::capacity`]);
 //! the workers have caps of their own: a Celery worker runs at most its

@@ -1,4 +1,4 @@
-//! Rule 7, stalled queues: a queue with messages and no consumer, or one whose
+//! Stalled queues: a queue with messages and no consumer, or one whose
 //! depth never went down, for `max_queued_age`.
 //!
 //! | evidence | unhealthy when | reason |

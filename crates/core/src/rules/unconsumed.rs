@@ -1,4 +1,4 @@
-//! Rule 2, a queue nobody consumes: work waiting on a queue that no worker
+//! A queue nobody consumes: work waiting on a queue that no worker
 //! taking work consumes, on two polls in a row.
 //!
 //! A task sent to a queue no worker listens on (`queue='nowhere'`, a typo, a
@@ -16,9 +16,11 @@
 //! queue: `queue nowhere: work waiting, no worker consumes it`. It needs a
 //! worker taking work (with none, "no worker online" is the finding), and it
 //! never guesses: a worker that has not said what it consumes leaves the
-//! queue unjudged. A poll that cannot see keeps the findings it had. The
+//! queue unjudged. A poll that cannot see keeps the findings it had. While
+//! the check itself says `unhealthy` it has named the cause, and the rule
+//! adds nothing (it keeps counting). The
 //! queues it names are left out of the later rules (queued too long, the
-//! stalled queue, the canary), which would name the same fault by its wait.
+//! stalled queue), which would name the same fault by its wait.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -97,8 +99,12 @@ impl Rule for Unconsumed {
                 *self.polls.entry(queue).or_default() += 1;
             }
         }
+        // A check that says unhealthy named its cause (an Edge executor's
+        // "every worker offline while jobs wait"): the count goes on, the
+        // reason stays the check's.
+        let stated = matches!(poll.check, crate::ExecutorHealth::Unhealthy { .. });
         for (queue, polls) in &self.polls {
-            if *polls >= POLLS {
+            if *polls >= POLLS && !stated {
                 found.findings.push(format!(
                     "queue {queue}: work waiting, no worker consumes it"
                 ));
