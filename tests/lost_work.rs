@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, python};
 use overseer_testkit::throwaway::ThrowawayRedis;
 use serde_json::Value;
-use support::{celery, health, health_until};
+use support::{celery, health_until};
 
 /// How long each task runs: longer than the test.
 const TASK_SECONDS: u64 = 120;
@@ -40,14 +40,9 @@ async fn a_broker_restarted_empty_names_the_task_instances_whose_messages_it_los
     let Some(venv) = support::celery_venv() else {
         return;
     };
-    let Some(db) = overseer_testkit::postgres().await else {
+    let Some((db, airflow_db)) = support::airflow_task_instances().await else {
         return;
     };
-    db.execute_script(
-        "CREATE TABLE task_instance (id SERIAL PRIMARY KEY, executor VARCHAR(1000), \
-         queue VARCHAR(256), state VARCHAR(20), queued_dttm TIMESTAMPTZ)",
-    )
-    .await;
     let url = broker.url(None, 0);
     let _worker = Worker::start_with_slots(&venv, &url, "default", 1);
     let mut send = python(&venv, &url, DEFAULT_CONTROL_EXCHANGE);
@@ -63,7 +58,6 @@ async fn a_broker_restarted_empty_names_the_task_instances_whose_messages_it_los
          ('default', 'queued', now() - interval '60 seconds')",
     )
     .await;
-    let airflow_db = db.url.replacen("postgres://", "postgresql://", 1);
     let (serving, _dir) = support::serve_celery(
         &url,
         &[("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", &airflow_db)],
@@ -108,14 +102,7 @@ async fn a_broker_restarted_empty_names_the_task_instances_whose_messages_it_los
     eprintln!("lost work named {named_after:?} after the broker returned: {said}");
 
     // The fault continues: one reason throughout, never healthy in between.
-    let mut readings = Vec::new();
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(8) {
-        let json = health(&serving);
-        let instance = celery(&json).unwrap();
-        readings.push((instance["health"].clone(), instance["reason"].clone()));
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let readings = support::celery_readings(&serving, Duration::from_secs(8));
     assert!(
         readings
             .iter()

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::celery::{Worker, send_tasks};
 use overseer_testkit::throwaway::ThrowawayRedis;
-use support::{celery, health, health_until};
+use support::{celery, health_until};
 
 /// The reason, as the rule gives it ([`overseer_core::rules::no_worker`]).
 const NO_WORKER: &str = "no worker online while work waits";
@@ -63,14 +63,7 @@ fn work_sent_after_the_last_worker_stopped_cleanly_is_named_within_two_polls() {
     eprintln!("no worker online named {named_after:?} after the tasks were sent");
 
     // The fault continues: one reason throughout, never healthy in between.
-    let mut readings = Vec::new();
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(6) {
-        let json = health(&serving);
-        let instance = celery(&json).unwrap();
-        readings.push((instance["health"].clone(), instance["reason"].clone()));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let readings = support::celery_readings(&serving, Duration::from_secs(6));
     assert!(
         readings
             .iter()

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use overseer_testkit::celery::{DEFAULT_CONTROL_EXCHANGE, Worker, python};
 use overseer_testkit::throwaway::ThrowawayRedis;
-use serde_json::Value;
-use support::{celery, health, health_until};
+use support::{celery, health_until};
 
 const NOWHERE: &str = "queue nowhere: work waiting, no worker consumes it";
 
@@ -29,17 +28,11 @@ async fn a_task_sent_to_a_queue_no_worker_consumes_is_named_within_two_polls() {
     let Some(venv) = support::celery_venv() else {
         return;
     };
-    let Some(db) = overseer_testkit::postgres().await else {
+    let Some((db, airflow_db)) = support::airflow_task_instances().await else {
         return;
     };
-    db.execute_script(
-        "CREATE TABLE task_instance (id SERIAL PRIMARY KEY, executor VARCHAR(1000), \
-         queue VARCHAR(256), state VARCHAR(20), queued_dttm TIMESTAMPTZ)",
-    )
-    .await;
     let url = broker.url(None, 0);
     let worker = Worker::start_heartbeating(&venv, &url, "default");
-    let airflow_db = db.url.replacen("postgres://", "postgresql://", 1);
     let (serving, _dir) = support::serve_celery(
         &url,
         &[("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", &airflow_db)],
@@ -80,14 +73,7 @@ async fn a_task_sent_to_a_queue_no_worker_consumes_is_named_within_two_polls() {
     eprintln!("queue nobody consumes named {named_after:?} after the task was sent");
 
     // The fault continues: one reason throughout, never healthy in between.
-    let mut readings: Vec<(Value, Value)> = Vec::new();
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(6) {
-        let json = health(&serving);
-        let instance = celery(&json).unwrap();
-        readings.push((instance["health"].clone(), instance["reason"].clone()));
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let readings = support::celery_readings(&serving, Duration::from_secs(6));
     assert!(
         readings
             .iter()

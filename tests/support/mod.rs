@@ -287,6 +287,38 @@ pub fn health(serving: &Serving) -> serde_json::Value {
     serde_json::from_str(&body).unwrap()
 }
 
+/// The Celery instance's `(health, reason)`, read every 250 ms for `span`:
+/// what an operator watching the endpoint through a fault would have seen.
+pub fn celery_readings(
+    serving: &Serving,
+    span: std::time::Duration,
+) -> Vec<(serde_json::Value, serde_json::Value)> {
+    let started = std::time::Instant::now();
+    let mut readings = Vec::new();
+    while started.elapsed() < span {
+        let json = health(serving);
+        let instance = celery(&json).expect("the Celery instance");
+        readings.push((instance["health"].clone(), instance["reason"].clone()));
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    readings
+}
+
+/// A fresh Postgres database standing in for Airflow's, with its
+/// `task_instance` table (the columns Overseer reads), and the URL Airflow's
+/// `sql_alchemy_conn` would give for it; `None` when Postgres is unreachable
+/// (skipped, or failed under `CI`).
+pub async fn airflow_task_instances() -> Option<(overseer_testkit::TestDb, String)> {
+    let db = overseer_testkit::postgres().await?;
+    db.execute_script(
+        "CREATE TABLE task_instance (id SERIAL PRIMARY KEY, executor VARCHAR(1000), \
+         queue VARCHAR(256), state VARCHAR(20), queued_dttm TIMESTAMPTZ)",
+    )
+    .await;
+    let url = db.url.replacen("postgres://", "postgresql://", 1);
+    Some((db, url))
+}
+
 /// GETs the health until `done` holds (the report refreshes every few hundred
 /// ms in these tests), and returns it.
 pub fn health_until(
