@@ -57,8 +57,20 @@ impl Unconsumed {
             unconsumed: BTreeSet::new(),
             unjudged: BTreeSet::new(),
         };
+        // A worker taking work that says it consumes the queue, where the
+        // broker counts none: the evidence disagrees (a worker killed a moment
+        // ago, its consumer gone before its heartbeats stop); its heartbeats
+        // will tell, not this rule.
+        let claimed = |queue: &str| {
+            taking.iter().any(|w| {
+                w.queues
+                    .as_ref()
+                    .is_some_and(|q| q.iter().any(|n| n == queue))
+            })
+        };
         for queue in poll.detail.queues.iter().filter(|q| q.depth > Some(0)) {
             match queue.consumers {
+                Some(0) if claimed(&queue.name) => sight.unjudged.insert(queue.name.clone()),
                 Some(0) => sight.unconsumed.insert(queue.name.clone()),
                 Some(_) => false,
                 None => sight.unjudged.insert(queue.name.clone()),
@@ -216,6 +228,14 @@ mod tests {
             let (observation, _) = seen(gpu_only(), Some(0), 0, 0);
             let judged = rules.judge_with(observation, None, None, None, now);
             assert_eq!(judged.health, expected);
+        }
+        // A worker online that says it consumes default, where the broker
+        // counts no consumer (killed a moment ago): not this rule's to say.
+        let mut rules = Rules::standard(&Executor::unchecked("CeleryExecutor"));
+        for _ in 0..3 {
+            let (observation, _) = seen(Some(vec![worker(Some(&["default"]))]), Some(0), 0, 0);
+            let judged = rules.judge_with(observation, None, None, None, now);
+            assert_eq!(judged.health, ExecutorHealth::Healthy);
         }
         // No worker taking work at all: this rule says nothing.
         let mut rules = Rules::standard(&Executor::unchecked("CeleryExecutor"));
