@@ -89,6 +89,9 @@ struct Inner {
     backend: Option<BackendProbe>,
     /// The last ping that said something of the workers ([`HeldPing`]).
     last_ping: Mutex<HeldPing>,
+    /// The last run's probe, to stand for one run whose broker was late
+    /// ([`CeleryCheck::late`]).
+    last_run: Mutex<Option<Probe>>,
     /// Which queues each worker consumes, without `worker_ping` (`inquiry`).
     inquiry: Mutex<Inquiry>,
     /// The workers as their events tell them, with `worker_events`.
@@ -143,6 +146,7 @@ impl CeleryCheck {
                 pidbox: Pidbox::new(&settings.control_exchange),
                 backend: settings.result_backend.clone().map(BackendProbe::new),
                 last_ping: Mutex::new(HeldPing::default()),
+                last_run: Mutex::new(None),
                 inquiry: Mutex::new(Inquiry::default()),
                 events: settings
                     .worker_events
@@ -211,7 +215,13 @@ impl CeleryCheck {
                 None => None,
             }
         };
-        let (mut brokers, backend) = tokio::join!(self.probe_brokers(deadline, budget), backend);
+        let (probed, backend) = tokio::join!(self.probe_brokers(deadline, budget), backend);
+        if probed.late
+            && let Some(held) = self.late(checked_at)
+        {
+            return held;
+        }
+        let mut brokers = probed.brokers;
         let workers = if settings.worker_ping {
             Some(self.ping(&mut brokers, window, cleanup).await)
         } else {
@@ -233,7 +243,29 @@ impl CeleryCheck {
             window,
         });
         self.log(&probe);
+        *lock(&inner.last_run) = Some(probe.clone());
         probe
+    }
+
+    /// A run whose broker, having answered the last one, ran out its budget
+    /// without a word ([`brokers::Probed::late`]): on a loaded host the wait
+    /// may have been this host's as much as the broker's, so the last run's
+    /// probe stands for this one, and the executor's alarm asks for another
+    /// run at once (the supervisor polls again as soon as this one answers).
+    /// If that one is late too, the broker is: its reason is the verdict.
+    /// A frozen broker is named one budget later; a host too slow for one
+    /// poll fails nobody. `None` before any run finished (nothing to stand).
+    fn late(&self, checked_at: chrono::DateTime<Utc>) -> Option<Probe> {
+        let mut probe = lock(&self.inner.last_run).clone()?;
+        probe.checked_at = checked_at;
+        tracing::debug!(
+            instance = %self.inner.instance,
+            "a broker did not answer within its budget; the last run's verdict stands while it is asked again at once"
+        );
+        if let Some(alarm) = &self.inner.alarm {
+            alarm.ring();
+        }
+        Some(probe)
     }
 
     /// Asks the workers what they consume, in a task of its own with a window

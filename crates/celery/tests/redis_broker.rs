@@ -82,6 +82,47 @@ async fn a_killed_broker_is_unhealthy_then_healthy_again_once_restarted() {
     assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
 }
 
+/// A broker that answered, then runs out a poll's budget without a word: once
+/// may be this host's slowness (a loaded CI machine kept the shared Redis from
+/// answering within 810 ms for one poll), so the last verdict and its detail
+/// stand for that poll; a second run out in a row is the broker's, and from
+/// then on every poll names it with one reason until it answers again.
+#[tokio::test]
+async fn a_frozen_broker_is_named_at_its_second_silent_poll_and_never_healthy_after() {
+    let Some(server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let check = check(&server.url(None, 0), &["default"]);
+    let (health, answered) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{answered:?}");
+    assert_eq!(answered.brokers[0].queues[0].messages, Some(0));
+
+    server.signal("STOP");
+    let (health, held) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "one silent poll: {held:?}");
+    let json = |probe: &Probe| serde_json::to_value(&probe.brokers).unwrap();
+    assert_eq!(json(&held), json(&answered), "the last answer stands");
+    assert!(held.checked_at > answered.checked_at, "{held:?}");
+
+    let frozen = ExecutorHealth::unhealthy(format!(
+        "broker redis://127.0.0.1:{}/0 did not answer within 1.8s",
+        server.port
+    ));
+    for n in 0..3 {
+        let (health, probe) = poll(&check).await;
+        assert_eq!(health, frozen, "silent poll {}: {probe:?}", n + 2);
+    }
+
+    server.signal("CONT");
+    let (health, probe) = poll(&check).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "thawed: {probe:?}");
+    // Late again after answering: once more, one poll is forgiven.
+    server.signal("STOP");
+    assert_eq!(poll(&check).await.0, ExecutorHealth::Healthy);
+    assert_eq!(poll(&check).await.0, frozen);
+    server.signal("CONT");
+}
+
 /// What the lost-work rule weighs beside the queues: the messages kombu holds
 /// delivered unacknowledged (its `unacked` hash), and when the server started,
 /// held still while its run is the same and moved by a restart, which empties

@@ -2,6 +2,7 @@
 //! [`BrokerProbe`] (or why it has none), all probed at once before one deadline.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -71,6 +72,8 @@ pub(super) struct Target {
     check: BrokerCheck,
     /// The polls that reached it, for the connections held to it.
     pub(super) answers: Answers,
+    /// Its last probe ran out its budget without an answer ([`Probed::late`]).
+    late: AtomicBool,
 }
 
 impl Target {
@@ -80,6 +83,7 @@ impl Target {
             identity: broker.identity.clone(),
             check: BrokerCheck::of(broker, settings)?,
             answers: Answers::new(),
+            late: AtomicBool::new(false),
         })
     }
 
@@ -92,14 +96,22 @@ impl Target {
     }
 }
 
+/// What the probe of the brokers found.
+pub(super) struct Probed {
+    /// Each broker's answer, in failover order.
+    pub(super) brokers: Vec<BrokerReport>,
+    /// A broker that answered its last probe (or was not probed yet) ran out
+    /// this one's budget without a word. Once is not yet the broker's fault:
+    /// on a loaded host the wait may have been this host's, not the broker's
+    /// (`super::CeleryCheck::probe` asks again at once). A broker that refused
+    /// or closed the connection said so itself, and is never late.
+    pub(super) late: bool,
+}
+
 impl CeleryCheck {
     /// Probes every broker at once, each before `deadline`; a task per broker,
     /// aborted if this future is dropped.
-    pub(super) async fn probe_brokers(
-        &self,
-        deadline: Instant,
-        budget: Duration,
-    ) -> Vec<BrokerReport> {
+    pub(super) async fn probe_brokers(&self, deadline: Instant, budget: Duration) -> Probed {
         let queues = Arc::new(self.inner.settings.queues.clone());
         let mut tasks = JoinSet::new();
         for index in 0..self.inner.targets.len() {
@@ -116,14 +128,21 @@ impl CeleryCheck {
                 if result.is_ok() {
                     target.answers.answered();
                 }
-                (index, result)
+                // Failed at its deadline: the wait ran out, nothing was said.
+                let late = matches!(result, Err(Some(_))) && Instant::now() >= deadline;
+                let was = target.late.swap(late, Ordering::Relaxed);
+                (index, result, late && !was)
             });
         }
         let mut results: Vec<Option<std::result::Result<BrokerRead, Option<Reason>>>> =
             (0..self.inner.targets.len()).map(|_| None).collect();
+        let mut newly_late = false;
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok((index, result)) => results[index] = Some(result),
+                Ok((index, result, late)) => {
+                    results[index] = Some(result);
+                    newly_late |= late;
+                }
                 Err(e) => tracing::error!(error = %e, "a broker probe task failed"),
             }
         }
@@ -151,6 +170,9 @@ impl CeleryCheck {
                 started_at: read.started_at,
             });
         }
-        brokers
+        Probed {
+            brokers,
+            late: newly_late,
+        }
     }
 }
