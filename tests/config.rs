@@ -253,7 +253,7 @@ fn bad_configuration_stops_with_one_line_naming_key_and_origin_and_exit_code_2()
                 "[api]\ntls_cert = \"/nonexistent/api.pem\"\ntls_key = \"/nonexistent/api-key.pem\"\n",
             ),
             env: &[],
-            line: "error: invalid configuration: api.tls_cert (from overseer.toml): cannot read /nonexistent/api.pem: No such file or directory (os error 2)",
+            line: "error: invalid configuration: api.tls_cert (from overseer.toml): cannot read /nonexistent/api.pem: no such file",
         },
         Case {
             what: "both a check command and a check URL",
@@ -1172,6 +1172,11 @@ fn what_overseer_does_not_read_is_warned_about_and_ignored() {
 fn airflows_configuration_that_cannot_be_used_is_one_line_and_exit_code_2() {
     let dir = workdir();
     let cfg = dir.path().join("airflow.cfg");
+    // A FIFO's open waits for a writer and /dev/zero never ends: both once
+    // held start-up for ever (or until memory ran out). Refused unread.
+    let fifo = dir.path().join("airflow-fifo.cfg");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
     // The variables set, the airflow.cfg written first (if any), the error.
     type Case<'a> = (Vec<(&'a str, String)>, Option<&'a str>, String);
     let cases: Vec<Case> = vec![
@@ -1209,6 +1214,21 @@ fn airflows_configuration_that_cannot_be_used_is_one_line_and_exit_code_2() {
                  '%' must be followed by '%' or '(' (write a literal % as %%)",
                 cfg.display()
             ),
+        ),
+        (
+            vec![("AIRFLOW_CONFIG", fifo.display().to_string())],
+            None,
+            format!(
+                "error: invalid configuration in {}: cannot read it: is a FIFO, not a regular file",
+                fifo.display()
+            ),
+        ),
+        (
+            vec![("AIRFLOW_CONFIG", "/dev/zero".into())],
+            None,
+            "error: invalid configuration in /dev/zero: cannot read it: is a character device, \
+             not a regular file"
+                .into(),
         ),
         (
             vec![("AIRFLOW_CONFIG", dir.path().join("missing.cfg").display().to_string())],

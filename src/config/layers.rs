@@ -29,6 +29,9 @@ struct ExecutorsOnly {
     executors: Vec<ExecutorConfig>,
 }
 
+/// How large `overseer.toml` may be: one with a thousand executors is about 200 KiB.
+const MAX_CONFIG_FILE: u64 = 4 * 1024 * 1024;
+
 /// Every layer, stacked, reading the process's environment; not yet extracted.
 /// With it, each key Airflow's configuration set and where its value came from.
 pub(super) fn stack(

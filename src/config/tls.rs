@@ -47,6 +47,9 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
+/// How large a PEM file may be: a chain of a dozen certificates is 20 KiB.
+const MAX_PEM: u64 = 1024 * 1024;
+
 /// The server's TLS settings from `tls_cert` (a PEM certificate chain) and
 /// `tls_key` (its private key, PEM), or `None` when neither is set. Both or
 /// neither must be set, and each must be a readable file that, together,
@@ -70,16 +73,13 @@ pub fn server_config(api: &ApiConfig) -> Result<Option<rustls::ServerConfig>, Tl
         }
         (Some(cert), Some(key)) => (cert, key),
     };
-    for (name, path) in [("api.tls_cert", cert), ("api.tls_key", key)] {
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(TlsError::new(
-                name,
-                format!("cannot read {}: {e}", path.display()),
-            ));
-        }
-    }
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let read = |name: &'static str, path: &std::path::Path| {
+        overseer_core::file::read(path, MAX_PEM)
+            .map_err(|e| TlsError::new(name, format!("cannot read {}: {e}", path.display())))
+    };
+    let (cert_pem, key_pem) = (read("api.tls_cert", cert)?, read("api.tls_key", key)?);
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::in_file("api.tls_cert", cert, e.to_string()))?;
     if chain.is_empty() {
         return Err(TlsError::in_file(
@@ -88,7 +88,7 @@ pub fn server_config(api: &ApiConfig) -> Result<Option<rustls::ServerConfig>, Tl
             "holds no PEM certificate",
         ));
     }
-    let private_key = PrivateKeyDer::from_pem_file(key)
+    let private_key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| TlsError::in_file("api.tls_key", key, e.to_string()))?;
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()

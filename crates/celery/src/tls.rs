@@ -50,14 +50,11 @@ impl Verification {
 /// The PEM file named by option `key` (`ssl_ca_certs`, ...), or why it cannot be read,
 /// naming the broker.
 pub(crate) fn read_pem(who: &str, key: &str, path: &str) -> Result<Vec<u8>, Reason> {
-    std::fs::read(path).map_err(|e| {
-        let why = match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file".to_owned(),
-            std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-            _ => e.to_string(),
-        };
-        format!("{who}: cannot read {key} {path}: {why}")
-    })
+    // A CA bundle of every public CA is about 220 KiB. Read inside a poll:
+    // a file that does not come within a second is a reason, not a hang.
+    let (limit, deadline) = (16 * 1024 * 1024, std::time::Duration::from_secs(1));
+    overseer_core::file::read_within(std::path::Path::new(path), limit, deadline)
+        .map_err(|e| format!("{who}: cannot read {key} {path}: {e}"))
 }
 
 /// A client certificate and its key, as PEM.

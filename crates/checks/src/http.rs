@@ -195,8 +195,11 @@ pub fn tls_config(cacert: &Path) -> Result<Arc<rustls::ClientConfig>> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let file = cacert.display().to_string();
-    let certs = CertificateDer::pem_file_iter(cacert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    // The system's own bundle, every public CA, is about 220 KiB.
+    let pem = overseer_core::file::read(cacert, 16 * 1024 * 1024)
+        .map_err(|e| Error::CaFile(file.clone(), e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Error::CaFile(file.clone(), pem_problem(&e)))?;
     let mut roots = rustls::RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(certs);

@@ -34,6 +34,8 @@
 //! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`); cutoffs
 //!   that never overflow ([`duration::before`]).
 //! - [`error`]: this crate's one error type and its `Result` alias.
+//! - [`file`]: the one reader of every file Overseer opens: regular files only,
+//!   bounded in size and time.
 
 pub mod actors;
 pub mod backoff;
@@ -46,6 +48,7 @@ pub mod detail;
 pub mod duration;
 pub mod entity;
 pub mod error;
+pub mod file;
 pub mod history;
 pub mod job;
 pub mod overseer;

@@ -420,16 +420,13 @@ fn in_variable(var: &str, problem: impl Into<String>) -> ConfigError {
 const NO_SECRETS_BACKEND: &str = "it names a secret of Airflow's secrets backend, which Overseer \
      does not run: set the option itself, or its _CMD, instead";
 
+/// How large `airflow.cfg` may be: Airflow's own, with every option and its
+/// comment written out, is about 100 KiB.
+pub(crate) const MAX_FILE: u64 = 4 * 1024 * 1024;
+
 fn read_file(path: &Path) -> Result<Ini, ConfigError> {
     let origin = path.display().to_string();
-    if path.is_dir() {
-        return Err(ConfigError::new(
-            "",
-            origin,
-            "is a folder, not Airflow's configuration file",
-        ));
-    }
-    let bytes = std::fs::read(path)
+    let bytes = overseer_core::file::read(path, MAX_FILE)
         .map_err(|e| ConfigError::new("", origin.clone(), format!("cannot read it: {e}")))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| ConfigError::new("", origin.clone(), "is not UTF-8 text"))?;
