@@ -4,6 +4,10 @@
 //! section sees) and `BasicInterpolation` (`%%` is `%`, `%(key)s` another
 //! option of the section), keys case-preserving as Airflow's parser keeps them.
 //!
+//! Lines end as Python's text files end them (universal newlines): `\n`,
+//! `\r\n`, or a lone `\r` (a file written on classic Mac OS, or by a tool
+//! that writes `\r` alone: Python reads it, and so must this).
+//!
 //! Errors name the line, never the value on it: a line of `airflow.cfg` may
 //! hold a password.
 
@@ -13,6 +17,11 @@ use std::collections::BTreeMap;
 const DEFAULT_SECTION: &str = "DEFAULT";
 /// How deep `%(key)s` may nest, as `configparser.MAX_INTERPOLATION_DEPTH`.
 const MAX_INTERPOLATION_DEPTH: usize = 10;
+/// How long a value may grow by `%(key)s` references. Depth alone does not
+/// bound it: ten levels of options that each name twelve others is 12^10
+/// expansions, which Python would grind through for hours. No Airflow
+/// option comes near this.
+const MAX_INTERPOLATED: usize = 64 * 1024;
 
 /// A parsed `airflow.cfg`: sections of raw (not yet interpolated) values.
 #[derive(Debug, Default, Clone)]
@@ -32,6 +41,12 @@ struct Open {
 impl Ini {
     /// Parses the text of a file; an error is one line naming the line number.
     pub fn parse(text: &str) -> Result<Self, String> {
+        // Universal newlines, as Python's `open` in text mode.
+        let text = if text.contains('\r') {
+            std::borrow::Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        };
         let mut ini = Self::default();
         let mut section: Option<String> = None;
         let mut open: Option<Open> = None;
@@ -190,7 +205,19 @@ impl Ini {
                             "[{section}] {key}: '%({name})s' names no option of [{section}] (write a literal % as %%)"
                         ));
                     };
-                    out.push_str(&self.interpolate(section, name, value, depth + 1)?);
+                    // As Python: a value without '%' is taken as it is, at
+                    // any depth; only one with references goes a level down.
+                    if value.contains('%') {
+                        out.push_str(&self.interpolate(section, name, value, depth + 1)?);
+                    } else {
+                        out.push_str(value);
+                    }
+                    if out.len() > MAX_INTERPOLATED {
+                        return Err(format!(
+                            "[{section}] {key}: '%(...)s' references make it longer than {} KiB",
+                            MAX_INTERPOLATED / 1024
+                        ));
+                    }
                     rest = &rest[2 + name.len() + 2..];
                 }
                 _ => {
@@ -294,6 +321,68 @@ mod tests {
         ] {
             assert_eq!(Ini::parse(text).unwrap_err(), problem, "{text:?}");
         }
+    }
+
+    /// Python reads a file whose lines end in a lone `\r` (universal
+    /// newlines): so does this, instead of reading one long line.
+    #[test]
+    fn lines_end_at_cr_lf_or_a_lone_cr_as_python_reads_them() {
+        for text in [
+            "[core]\rexecutor = CeleryExecutor\r\r[celery]\rbroker_url = redis://b:6379/0\r",
+            "[core]\r\nexecutor = CeleryExecutor\r\n[celery]\r\nbroker_url = redis://b:6379/0\r\n",
+            "[core]\nexecutor = CeleryExecutor\n[celery]\nbroker_url = redis://b:6379/0",
+        ] {
+            let ini = Ini::parse(text).unwrap();
+            assert_eq!(
+                ini.get("core", "executor"),
+                Some(Ok("CeleryExecutor".into())),
+                "{text:?}"
+            );
+            assert_eq!(
+                ini.get("celery", "broker_url"),
+                Some(Ok("redis://b:6379/0".into())),
+                "{text:?}"
+            );
+        }
+    }
+
+    /// Ten levels deep, each option naming twelve of the next: 12^10
+    /// expansions if followed to the end. Refused once the value outgrows
+    /// any real option, long before (the hostile run's file took minutes
+    /// and 1.7 GB).
+    #[test]
+    fn references_that_fan_out_are_refused_not_followed() {
+        let mut text = String::from("[database]\nl0 = x\n");
+        for level in 1..=10 {
+            let refs = format!("%(l{})s", level - 1).repeat(12);
+            text.push_str(&format!("l{level} = {refs}\n"));
+        }
+        let ini = Ini::parse(&text).unwrap();
+        assert_eq!(
+            ini.get("database", "l10").unwrap().unwrap_err(),
+            "[database] l5: '%(...)s' references make it longer than 64 KiB"
+        );
+        // Within the bound, fan-out is followed as Python follows it.
+        assert_eq!(ini.get("database", "l2").unwrap().unwrap().len(), 144);
+    }
+
+    /// Python follows ten levels of references and refuses the eleventh; a
+    /// plain value at the end of the chain is not a level (configparser:
+    /// fan-out 2 gives `l10` 1,024 characters, `l11` an
+    /// `InterpolationDepthError`).
+    #[test]
+    fn ten_levels_of_references_are_followed_as_python_follows_them() {
+        let mut text = String::from("[database]\nl0 = x\n");
+        for level in 1..=11 {
+            let refs = format!("%(l{})s", level - 1).repeat(2);
+            text.push_str(&format!("l{level} = {refs}\n"));
+        }
+        let ini = Ini::parse(&text).unwrap();
+        assert_eq!(ini.get("database", "l10").unwrap().unwrap(), "x".repeat(1024));
+        assert_eq!(
+            ini.get("database", "l11").unwrap().unwrap_err(),
+            "[database] l1: '%(...)s' references nest more than 10 deep"
+        );
     }
 
     #[test]
