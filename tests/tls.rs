@@ -195,6 +195,44 @@ async fn the_api_served_over_tls_answers_overseer_health_with_its_ca() {
     assert_eq!(code, Some(0));
 }
 
+/// The README names `OVERSEER_API__TLS_CERT` and `OVERSEER_API__TLS_KEY`: set
+/// only there, with no `overseer.toml` at all, they serve HTTPS; a certificate
+/// path that is not there stops start-up with the variable named.
+#[tokio::test]
+async fn the_api_is_served_over_tls_from_the_environment_alone() {
+    let pki = Pki::new("api-env");
+    let server = pki.server("api", &["localhost", "127.0.0.1"]);
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    let mut serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("OVERSEER_API__TLS_CERT", &server.cert)
+            .env("OVERSEER_API__TLS_KEY", &server.key)
+            .env("OVERSEER_EXECUTORS", r#"[{name = "LocalExecutor"}]"#),
+    );
+    let line = serving.wait_for("overseer is running");
+    assert!(
+        line.contains("listening on https://"),
+        "TLS from the environment was not served: {line}"
+    );
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+
+    let out = support::run(
+        overseer(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("OVERSEER_API__TLS_CERT", "/nonexistent/api.pem")
+            .env("OVERSEER_API__TLS_KEY", &server.key),
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim().lines().last().unwrap_or_default(),
+        "error: invalid configuration: api.tls_cert (from environment variable OVERSEER_API__TLS_CERT): cannot read /nonexistent/api.pem: no such file",
+    );
+}
+
 /// `check_url` over `https://`: a real TLS server (an `overseer serve` with
 /// its API over TLS, its certificate for `localhost` only) asked by another
 /// Overseer's executors: healthy with `check_cacert`, and each failure said

@@ -56,6 +56,11 @@ pub(super) fn stack(
         Serialized::defaults(Config::default()),
     ));
     if let Some(path) = &config_file {
+        // Read once by the one bounded reader, so that what figment reads
+        // next is known to be a regular file of a sane size.
+        overseer_core::file::read(path, MAX_CONFIG_FILE).map_err(|e| {
+            ConfigError::new("", path.display().to_string(), format!("cannot read it: {e}"))
+        })?;
         figment = figment.merge(Toml::file_exact(path));
     }
     let unknown = unknown_env_keys();
@@ -100,16 +105,7 @@ pub(super) fn stack(
 /// once and ignored, as other tools may share the prefix (a typo in a key of
 /// `overseer.toml`, by contrast, stops start-up).
 fn unknown_env_keys() -> Vec<String> {
-    let mut known = Vec::new();
-    let defaults = serde_json::to_value(Config::default()).expect("the defaults serialize");
-    for (section, keys) in defaults.as_object().into_iter().flatten() {
-        known.push(section.clone());
-        for key in keys.as_object().into_iter().flatten().map(|(k, _)| k) {
-            known.push(format!("{section}__{key}"));
-        }
-    }
-    known.push("executors".into());
-    known.push("alerts".into());
+    let known = super::keys::known_env_keys();
     let mut unknown = Vec::new();
     for (var, _) in std::env::vars() {
         let Some(key) = var.strip_prefix(ENV_PREFIX) else {

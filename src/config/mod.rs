@@ -10,6 +10,7 @@
 //! - this module: the configuration's types, their defaults, and [`load`].
 //! - `layers`: the layers stacked with figment, the `OVERSEER_*` variables that name
 //!   no key, and where each value came from.
+//! - `keys`: every key a layer may set, read from the types' own `Deserialize`.
 //! - `validate`: the checks serde cannot make, a small function for each section.
 //! - `errors`: [`ConfigError`], and figment's errors translated into it.
 //! - [`airflow`]: Airflow's own environment as a layer.
@@ -29,6 +30,7 @@ pub mod tls;
 
 mod alert;
 mod errors;
+mod keys;
 mod layers;
 mod validate;
 
