@@ -17,6 +17,19 @@
 //! `content-type` (every error of this API's handlers has a JSON body).
 //! Everything else passes through untouched.
 //!
+//! # Closing after a refused request
+//! The wrapper also ends a connection right after an answer that must be
+//! its last. actix-http's dispatcher answers every request it has already
+//! read, in order, before it honours a `connection: close`: a request
+//! smuggled behind one carrying both `Content-Length` and
+//! `Transfer-Encoding` would be served on the same connection (RFC 9112
+//! 6.3 says close it). So each connection carries a [`Refusal`] flag, given
+//! to its requests through the connection's extensions: the middleware that
+//! refuses such a request raises it (and refuses every later request of the
+//! connection, so none is run). From then on the wrapper reads nothing more
+//! (end of stream), writes up to the end of the refusal's body, and drops
+//! whatever is written after it.
+//!
 //! Should a later actix-http answer them otherwise (with a body of its own,
 //! say), nothing breaks: the answer goes out as actix-http wrote it. The
 //! end-to-end tests in `tests/abuse.rs` send both errors to the real server
@@ -24,6 +37,8 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use actix_web::rt::net::TcpStream;
@@ -39,6 +54,29 @@ const TOO_LARGE_BODY: &str = r#"{"detail":"Request Header Fields Too Large: the 
 /// `connection` and `date` are well under this many bytes.
 const LONGEST_HEAD: usize = 512;
 
+/// The body of the answer that ends a connection once [`Refusal`] is raised:
+/// [`crate::errors::both_lengths`]'s, byte for byte (a test holds them equal).
+pub(crate) const REFUSAL_BODY: &[u8] =
+    br#"{"detail":"a request may not carry both Content-Length and Transfer-Encoding"}"#;
+
+/// One connection's flag: raised when a request of it was refused as one
+/// that may smuggle another, after which the connection answers nothing else
+/// (see the module's doc). Shared by the connection's wrapper and, through
+/// the connection's extensions, its requests.
+#[derive(Clone, Default)]
+pub struct Refusal(Arc<AtomicBool>);
+
+impl Refusal {
+    /// From now on the connection ends after the refusal's answer.
+    pub fn raise(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// A connection whose early errors get JSON bodies (see the module's doc).
 pub struct JsonEarlyErrors<T = TcpStream> {
     io: T,
@@ -46,6 +84,12 @@ pub struct JsonEarlyErrors<T = TcpStream> {
     pending: Vec<u8>,
     /// How much of `pending` is written.
     written: usize,
+    refusal: Refusal,
+    /// How much of [`REFUSAL_BODY`] the last bytes written end with, once
+    /// the refusal is raised.
+    matched: usize,
+    /// The refusal's answer is written: nothing more is, and nothing is read.
+    ended: bool,
 }
 
 impl<T> JsonEarlyErrors<T> {
@@ -54,6 +98,9 @@ impl<T> JsonEarlyErrors<T> {
             io,
             pending: Vec::new(),
             written: 0,
+            refusal: Refusal::default(),
+            matched: 0,
+            ended: false,
         }
     }
 
@@ -61,6 +108,29 @@ impl<T> JsonEarlyErrors<T> {
     pub fn get_ref(&self) -> &T {
         &self.io
     }
+
+    /// This connection's flag, for its requests' extensions.
+    pub fn refusal(&self) -> Refusal {
+        self.refusal.clone()
+    }
+}
+
+/// Where in `buf` the refusal's body ends, `matched` bytes of it having ended
+/// what came before; and how much of it `buf` ends with otherwise. (Its
+/// first byte, `{`, occurs in it only there, so a mismatch restarts the
+/// match at that byte: no longer prefix can be under way.)
+fn refusal_end(mut matched: usize, buf: &[u8]) -> (Option<usize>, usize) {
+    for (i, &byte) in buf.iter().enumerate() {
+        matched = if byte == REFUSAL_BODY[matched] {
+            matched + 1
+        } else {
+            usize::from(byte == REFUSAL_BODY[0])
+        };
+        if matched == REFUSAL_BODY.len() {
+            return (Some(i + 1), 0);
+        }
+    }
+    (None, matched)
 }
 
 /// One of actix-http's bodiless errors, read as a response head (not
@@ -151,6 +221,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for JsonEarlyErrors<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        // Refused: the rest of what the client sent is not read (end of
+        // stream), so no request behind the refused one is parsed.
+        if self.ended || self.refusal.is_raised() {
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
@@ -163,6 +238,23 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for JsonEarlyErrors<T> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         ready!(this.poll_pending(cx))?;
+        if this.ended {
+            // After the refusal: taken, and dropped.
+            return Poll::Ready(Ok(buf.len()));
+        }
+        if this.refusal.is_raised() {
+            let (end, _) = refusal_end(this.matched, buf);
+            let upto = end.unwrap_or(buf.len());
+            let n = ready!(Pin::new(&mut this.io).poll_write(cx, &buf[..upto]))?;
+            let (done, matched) = refusal_end(this.matched, &buf[..n]);
+            this.matched = matched;
+            if done.is_some() {
+                this.ended = true;
+                // What followed the refusal in this buffer is dropped too.
+                return Poll::Ready(Ok(buf.len()));
+            }
+            return Poll::Ready(Ok(n));
+        }
         match find_error(buf) {
             // The bytes before the error go out as they are; the error comes
             // at the start of the next write.
@@ -246,6 +338,36 @@ mod tests {
         let at = written.len();
         written.extend(actix_error("HTTP/1.1 400 Bad Request"));
         assert_eq!(find_error(&written).map(|(at, _)| at), Some(at));
+    }
+
+    #[test]
+    fn the_refusals_body_is_the_answer_the_api_gives() {
+        let body = actix_web::body::to_bytes(crate::errors::both_lengths().into_body());
+        let body = futures_util::FutureExt::now_or_never(body)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&body[..], REFUSAL_BODY);
+    }
+
+    #[test]
+    fn the_refusals_end_is_found_whole_or_split_across_writes() {
+        let answer = [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-length: 79\r\n\r\n"[..],
+            REFUSAL_BODY,
+            b"HTTP/1.1 200 OK\r\n",
+        ]
+        .concat();
+        let end = answer.len() - b"HTTP/1.1 200 OK\r\n".len();
+        assert_eq!(refusal_end(0, &answer), (Some(end), 0));
+        // Split anywhere, the end is found in the second part, where it is.
+        for split in 1..end {
+            let (none, matched) = refusal_end(0, &answer[..split]);
+            assert_eq!(none, None, "{split}");
+            assert_eq!(refusal_end(matched, &answer[split..]).0, Some(end - split));
+        }
+        // A body that only begins like it, then the body: found at its end.
+        let near = [&br#"{"detail":"a request may"#[..], REFUSAL_BODY].concat();
+        assert_eq!(refusal_end(0, &near).0, Some(near.len()));
     }
 
     #[test]

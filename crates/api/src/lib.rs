@@ -295,7 +295,11 @@ pub fn server(
 fn http_service<T>(
     state: ApiState,
 ) -> impl actix_service::ServiceFactory<
-    (T, actix_http::Protocol, Option<std::net::SocketAddr>),
+    (
+        JsonEarlyErrors<T>,
+        actix_http::Protocol,
+        Option<std::net::SocketAddr>,
+    ),
     Config = (),
     Response = (),
     Error = actix_http::error::DispatchError,
@@ -310,7 +314,18 @@ where
         .wrap_fn(|request, service| {
             use actix_web::dev::Service as _;
             use futures_util::future::{Either, ready};
-            if errors::has_both_lengths(request.headers()) {
+            // Once one request of a connection is refused as one that may
+            // smuggle another, so is every later one (none is run), and the
+            // connection ends with the first refusal's answer.
+            let refusal = request.conn_data::<early_errors::Refusal>();
+            let refused_before = refusal.is_some_and(|r| r.is_raised());
+            if refused_before || errors::has_both_lengths(request.headers()) {
+                // HTTP/2 frames each message itself: nothing to end there.
+                if let Some(refusal) = refusal
+                    && request.version() < actix_web::http::Version::HTTP_2
+                {
+                    refusal.raise();
+                }
                 let (request, _) = request.into_parts();
                 let refused = actix_web::dev::ServiceResponse::new(request, errors::both_lengths());
                 Either::Left(ready(Ok(refused.map_into_right_body())))
@@ -327,6 +342,9 @@ where
         .client_request_timeout(Duration::from_secs(5))
         .client_disconnect_timeout(Duration::from_secs(1))
         .h1_allow_half_closed(false)
+        .on_connect_ext(|io: &JsonEarlyErrors<T>, extensions| {
+            extensions.insert(io.refusal());
+        })
         .finish(map_config(
             app.into_factory()
                 .map_err(|err: actix_web::Error| err.as_response_error().error_response()),
