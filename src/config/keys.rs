@@ -79,12 +79,18 @@ mod tests {
             let Some(environment) = row.split(" | ").nth(2) else {
                 continue;
             };
-            for var in environment.split('`').filter(|w| w.starts_with("OVERSEER_")) {
+            for var in environment
+                .split('`')
+                .filter(|w| w.starts_with("OVERSEER_"))
+            {
                 named.push(var.to_owned());
             }
         }
         assert!(named.len() >= 15, "the table was read: {named:?}");
-        assert!(named.iter().any(|v| v == "OVERSEER_API__TLS_CERT"), "{named:?}");
+        assert!(
+            named.iter().any(|v| v == "OVERSEER_API__TLS_CERT"),
+            "{named:?}"
+        );
         for var in &named {
             let key = var.strip_prefix("OVERSEER_").unwrap();
             assert!(

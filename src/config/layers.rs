@@ -59,7 +59,11 @@ pub(super) fn stack(
         // Read once by the one bounded reader, so that what figment reads
         // next is known to be a regular file of a sane size.
         overseer_core::file::read(path, MAX_CONFIG_FILE).map_err(|e| {
-            ConfigError::new("", path.display().to_string(), format!("cannot read it: {e}"))
+            ConfigError::new(
+                "",
+                path.display().to_string(),
+                format!("cannot read it: {e}"),
+            )
         })?;
         figment = figment.merge(Toml::file_exact(path));
     }

@@ -69,9 +69,7 @@ fn read_now(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
         .custom_flags(libc_o_nonblock())
         .open(path)
         .map_err(|e| FileError(io_words(&e)))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| FileError(io_words(&e)))?;
+    let meta = file.metadata().map_err(|e| FileError(io_words(&e)))?;
     let kind = meta.file_type();
     let not_regular = if kind.is_dir() {
         Some("a folder")
@@ -182,10 +180,7 @@ mod tests {
             "is a character device, not a regular file"
         );
         assert_eq!(err(dir.path(), 1024), "is a folder, not a regular file");
-        assert_eq!(
-            err(&dir.path().join("nothing"), 1024),
-            "no such file"
-        );
+        assert_eq!(err(&dir.path().join("nothing"), 1024), "no such file");
     }
 
     #[test]
@@ -196,5 +191,4 @@ mod tests {
         assert_eq!(bytes_short(152 * 1024 * 1024 + 1), "152.0 MiB");
         assert_eq!(bytes_short(4 << 30), "4.0 GiB");
     }
-
 }

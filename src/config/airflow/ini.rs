@@ -378,7 +378,10 @@ mod tests {
             text.push_str(&format!("l{level} = {refs}\n"));
         }
         let ini = Ini::parse(&text).unwrap();
-        assert_eq!(ini.get("database", "l10").unwrap().unwrap(), "x".repeat(1024));
+        assert_eq!(
+            ini.get("database", "l10").unwrap().unwrap(),
+            "x".repeat(1024)
+        );
         assert_eq!(
             ini.get("database", "l11").unwrap().unwrap_err(),
             "[database] l1: '%(...)s' references nest more than 10 deep"
