@@ -27,6 +27,15 @@ fn main() -> ExitCode {
         }
     };
     logging::init(cli.log_format);
+    // This process's only children are the commands it runs (Airflow's
+    // `_CMD` options, executors' check commands): it adopts what they leave
+    // in sessions of their own (setsid) and ends them, so none outlives it.
+    if let Err(e) = overseer_checks::orphans::adopt() {
+        tracing::warn!(
+            "cannot adopt the processes commands leave in sessions of their own ({e}): \
+             a command that starts one with setsid leaves it running"
+        );
+    }
 
     let overrides = Overrides {
         config_file: cli.config.clone(),

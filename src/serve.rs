@@ -39,17 +39,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
              [[executors]] entry in overseer.toml"
         );
     }
-    // A probe's descendant that leaves its group (setsid) would outlive it:
-    // this process adopts such orphans and ends them (its only children are
-    // its probes).
-    if config.executors.iter().any(|e| e.check_command.is_some())
-        && let Err(e) = overseer_checks::orphans::adopt()
-    {
-        tracing::warn!(
-            "cannot adopt the processes check commands leave in sessions of their own ({e}): \
-             a probe that starts one with setsid leaves it running"
-        );
-    }
     let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await

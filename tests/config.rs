@@ -1113,6 +1113,63 @@ fn a_sensitive_option_comes_from_its_command() {
     assert!(!out.stdout.contains("s3cret") && !out.stderr.contains("s3cret"));
 }
 
+/// A `_CMD` whose command leaves a process in a session of its own (`setsid`)
+/// leaves nothing behind: Overseer ends it, whether it closed its output (the
+/// value is read) or held it open (the error says the command exited and what
+/// it started kept its output, not that the command never finished).
+#[test]
+fn a_commands_daemon_never_outlives_overseer() {
+    use support::procs::{cmdline, proc_table};
+    let dir = workdir();
+    let nonce = std::process::id();
+    let running = |marker: &str| {
+        proc_table()
+            .into_iter()
+            .any(|p| p.state != 'Z' && cmdline(p.pid).contains(marker))
+    };
+
+    // Daemonised with its output closed: the value is read, the daemon ended.
+    let quiet = format!("3601.{nonce}");
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env(
+            "AIRFLOW__CELERY__BROKER_URL_CMD",
+            format!("sh -c 'setsid sleep {quiet} >/dev/null 2>&1 & echo redis://127.0.0.1:6379/0'"),
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("redis://127.0.0.1:6379/0"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !running(&quiet),
+        "a daemon of the command outlived overseer"
+    );
+
+    // Daemonised holding its output: setsid forks and exits at once; its
+    // child keeps the pipe open until the command's deadline.
+    let holding = format!("3602.{nonce}");
+    let out = run(overseer(dir.path())
+        .env("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+        .env(
+            "AIRFLOW__CELERY__BROKER_URL_CMD",
+            format!("setsid sleep {holding}"),
+        )
+        .arg("config"));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "error: invalid configuration in environment variable AIRFLOW__CELERY__BROKER_URL_CMD: \
+         \"setsid\" exited, but a process it started kept its output open for 10s"
+    );
+    assert!(
+        !running(&holding),
+        "a daemon of the command outlived overseer"
+    );
+}
+
 /// What Airflow would read but Overseer does not is said, once, and changes
 /// nothing: a `_CMD` for an option Airflow does not run commands for (its
 /// command is never run), and a `celery_config_options` dict of the

@@ -84,7 +84,7 @@ pub fn adopting() -> bool {
 /// Runs `spawn` (which starts a probe program) and records the program it
 /// started, under the lock a sweep holds: a sweep never takes a probe that is
 /// being started for an orphan.
-pub(crate) fn spawning<T>(
+pub fn spawning<T>(
     spawn: impl FnOnce() -> io::Result<T>,
     pid: impl Fn(&T) -> Option<u32>,
 ) -> io::Result<T> {

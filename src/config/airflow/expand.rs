@@ -183,10 +183,15 @@ pub fn shlex_split(command: &str) -> Result<Vec<String>, String> {
 /// Runs a `_CMD` command as Airflow's `run_command` does (split by
 /// [`shlex_split`], no shell) and returns what it printed, as printed. Bounded:
 /// killed, with its process group, after [`COMMAND_TIMEOUT`] or past
-/// [`COMMAND_MAX_OUTPUT`]. An error says what went wrong and never what the
-/// command printed: that may be the secret.
+/// [`COMMAND_MAX_OUTPUT`]. What it leaves in a session of its own (`setsid`)
+/// is ended once it has run, as a probe's is, where this process adopts
+/// orphans (the `overseer` binary does: [`overseer_checks::orphans`]). An
+/// error says what went wrong and never what the command printed: that may be
+/// the secret.
 pub fn run_command(command: &str, env: &BTreeMap<String, String>) -> Result<String, String> {
-    run_command_within(command, env, COMMAND_TIMEOUT)
+    let ran = run_command_within(command, env, COMMAND_TIMEOUT);
+    overseer_checks::orphans::sweep();
+    ran
 }
 
 fn run_command_within(
@@ -200,15 +205,16 @@ fn run_command_within(
     let Some((program, args)) = argv.split_first() else {
         return Err("the command is empty".into());
     };
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
+        .process_group(0);
+    let mut child = overseer_checks::orphans::spawning(|| command.spawn(), |c| Some(c.id()))
         .map_err(|e| format!("cannot run {program:?}: {e}"))?;
     let mut stdout = child.stdout.take().expect("stdout is piped");
     let (sender, output) = std::sync::mpsc::channel();
@@ -233,6 +239,9 @@ fn run_command_within(
         "{program:?} did not finish within {}",
         humantime::format_duration(timeout)
     );
+    // Whether the program itself has exited: its output may stay open after
+    // it, held by a process it started.
+    let mut exited = false;
     let printed = loop {
         match output.recv_timeout(Duration::from_millis(10)) {
             Ok(Ok(printed)) => break printed,
@@ -242,9 +251,16 @@ fn run_command_within(
             }
             Err(_) if Instant::now() >= deadline => {
                 kill(&mut child);
-                return Err(too_long);
+                return Err(if exited {
+                    format!(
+                        "{program:?} exited, but a process it started kept its output open for {}",
+                        humantime::format_duration(timeout)
+                    )
+                } else {
+                    too_long
+                });
             }
-            Err(_) => {}
+            Err(_) => exited = exited || matches!(child.try_wait(), Ok(Some(_))),
         }
     };
     if printed.len() > COMMAND_MAX_OUTPUT {
@@ -361,5 +377,15 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(hung, "\"sh\" did not finish within 300ms");
+        let held = run_command_within(
+            "sh -c 'sleep 30 & exit 0'",
+            &env,
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert_eq!(
+            held,
+            "\"sh\" exited, but a process it started kept its output open for 300ms"
+        );
     }
 }
