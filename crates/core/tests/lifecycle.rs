@@ -263,6 +263,48 @@ async fn a_restart_closes_the_rows_a_crash_left_open_and_only_those() {
     }
 }
 
+/// A database that answers every read but refuses every write (its disk
+/// full: here a trigger that aborts each update of `job`) is not a healthy
+/// metadatabase: unhealthy while writes fail, healthy again once one lands.
+#[tokio::test]
+async fn a_database_that_refuses_writes_reads_as_an_unhealthy_metadatabase() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let overseer = quick(&db.url, "sched-1")
+        .executor(Executor::new(
+            "CeleryExecutor",
+            Switch::new(ExecutorHealth::Healthy),
+        ))
+        .start()
+        .await
+        .unwrap();
+    report_until(&overseer, "a healthy metadatabase", |r| {
+        r.metadatabase == Status::Healthy
+    })
+    .await;
+    db.conn
+        .execute_unprepared(
+            "CREATE TRIGGER disk_full BEFORE UPDATE ON job \
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+        )
+        .await
+        .unwrap();
+    report_until(&overseer, "metadatabase unhealthy while writes fail", |r| {
+        r.metadatabase == Status::Unhealthy
+    })
+    .await;
+    db.conn
+        .execute_unprepared("DROP TRIGGER disk_full")
+        .await
+        .unwrap();
+    report_until(&overseer, "metadatabase healthy once a write lands", |r| {
+        r.metadatabase == Status::Healthy
+    })
+    .await;
+    overseer.shutdown().await.unwrap();
+}
+
+
 #[tokio::test]
 async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_returns() {
     let Some(server) = migrated_throwaway_postgres().await else {

@@ -77,7 +77,8 @@
 //! history read: Idle/Failed ──start──▶ Running ──▶ Idle (read) | Failed (logged once)
 //! publishing:   Idle ──publish_soon──▶ Scheduled ──PUBLISH_DELAY or spacing──▶ Idle
 //! ```
-//! `metadatabase` in the report is whether the reads are out of an outage.
+//! `metadatabase` in the report is whether the reads and the writes are both out
+//! of an outage.
 
 mod flush;
 mod outage;

@@ -126,7 +126,9 @@ impl Aggregator {
             most_recent,
             &live,
             &extras,
-            !self.reads.in_outage(),
+            // Reads and writes both: a database that answers reads but
+            // refuses every write (its disk full) is no healthy one.
+            !self.reads.in_outage() && !self.writes.in_outage(),
             &self.settings.thresholds,
             now,
         );
