@@ -23,6 +23,7 @@
 //! it, see [`crate::check::pool`]; their IO on `overseer-io` threads), blocking
 //! checks on a thread each. So a hung executor can delay nothing of the host's.
 
+mod owner;
 mod start;
 mod thread;
 

@@ -304,6 +304,76 @@ async fn a_database_that_refuses_writes_reads_as_an_unhealthy_metadatabase() {
     overseer.shutdown().await.unwrap();
 }
 
+/// Two Overseers given one hostname: the second refuses to start, naming the
+/// first, whose rows go on running and heartbeating (it once closed them as a
+/// crash's, and the first went on with its heartbeats landing nowhere). A
+/// crash's rows, still fresh when the restart comes at once, are closed.
+#[tokio::test]
+async fn a_second_overseer_with_the_same_hostname_refuses_and_the_first_runs_on() {
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let celery = || {
+        Executor::new("CeleryExecutor", Switch::new(ExecutorHealth::Healthy))
+            .with_instance("redis://broker:6379/0")
+    };
+    let first = quick(&db.url, "sched-1")
+        .executor(celery())
+        .start()
+        .await
+        .unwrap();
+    let second = quick(&db.url, "sched-1").executor(celery()).start().await;
+    let refusal = second
+        .err()
+        .expect("the second start is refused")
+        .to_string();
+    assert!(
+        refusal.starts_with(
+            "another Overseer with hostname \"sched-1\" supervises \
+             CeleryExecutor @ redis://broker:6379/0: its row "
+        ) && refusal.ends_with(
+            "give this one a hostname of its own ([supervisor] hostname) or stop that one"
+        ),
+        "{refusal}"
+    );
+    let running = executor_rows(&db.conn).await;
+    assert_eq!(running.len(), 1, "{running:?}");
+    let (id, beat) = (running[0].id, running[0].latest_heartbeat);
+    assert_eq!(running[0].state().unwrap(), Some(JobState::Running));
+    rows_until(&db.conn, "the first one's heartbeat to go on", |rows| {
+        rows[0].latest_heartbeat > beat && rows[0].end_date.is_none()
+    })
+    .await;
+    // A stand-in for a crash: its row heartbeat just now, and no more.
+    first.shutdown().await.unwrap();
+    let crashed = storage::register(
+        &db.conn,
+        &Session {
+            hostname: "sched-1".into(),
+            unixname: "airflow".into(),
+            started: Utc::now(),
+        },
+        &[ExecutorIdentity::new(
+            "CeleryExecutor",
+            Some("redis://broker:6379/0".to_owned()),
+        )],
+    )
+    .await
+    .unwrap()[0];
+    let restarted = quick(&db.url, "sched-1")
+        .executor(celery())
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        row(&db.conn, crashed).await.state().unwrap(),
+        Some(JobState::Failed)
+    );
+    assert_eq!(
+        row(&db.conn, id).await.state().unwrap(),
+        Some(JobState::Success)
+    );
+    restarted.shutdown().await.unwrap();
+}
 
 #[tokio::test]
 async fn a_postgres_outage_is_survived_and_the_latest_verdict_written_when_it_returns() {

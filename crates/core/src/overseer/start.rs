@@ -65,10 +65,23 @@ pub(super) async fn start_actors(
 
     let keys: Vec<ExecutorIdentity> = executors.iter().map(Executor::identity).collect();
     let session = Session::start(settings.hostname.clone(), settings.unixname.clone());
+    // Read bounded per read; the wait between reads is the owner check's own.
+    let crashed = bounded(
+        "read the rows of this hostname left open",
+        read_timeout + super::owner::window(settings.heartbeat_interval),
+        super::owner::crashed_rows(
+            &db,
+            &session.hostname,
+            &keys,
+            settings.heartbeat_interval,
+            session.started,
+        ),
+    )
+    .await?;
     let closed = bounded(
         "close the rows a crash left open",
         write_timeout,
-        storage::close_crashed(&db, &session.hostname, &keys, session.started),
+        storage::close_crashed(&db, &crashed, session.started),
     )
     .await?;
     if closed > 0 {

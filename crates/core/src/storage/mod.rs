@@ -41,7 +41,7 @@ mod write;
 pub use read::{RowsRead, check_schema, read_for_report, report_rows, running_jobs, session_rows};
 pub(crate) use sql::{json_statement, timestamp_literal, timestamp_text, to_micros};
 pub(crate) use write::heartbeats_and_verdicts;
-pub use write::{VerdictRow, close_crashed, finish, flush, register};
+pub use write::{OpenRow, VerdictRow, close_crashed, finish, flush, open_rows, register};
 
 /// The rows one Overseer process owns: its executor rows carry its host, its
 /// user and its exact start time, which no other process shares.

@@ -19,35 +19,73 @@ use crate::job::{ExecutorHealth, JobState, JobType};
 /// only): keeps every statement well under the drivers' parameter limits.
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// Closes the rows a crash left open on this host for these executors:
-/// `state = 'failed'`, `end_date = now`. Returns how many it closed.
+/// A row of an earlier session of this host, for one of these executors, that
+/// has no `end_date`: a crash left it open, or another Overseer with the same
+/// hostname runs (see [`crate::overseer`]'s start-up, which tells them apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenRow {
+    /// `job.id`.
+    pub id: i32,
+    /// The executor it is for.
+    pub key: ExecutorIdentity,
+    /// Its `latest_heartbeat`.
+    pub latest_heartbeat: Option<DateTime<Utc>>,
+}
+
+/// This host's open executor rows for these executors, in id order.
 ///
 /// One read finds this host's open executor rows (Airflow's `job_type`
-/// index, and only rows without `end_date`), matched to the executors here,
-/// then the matches are closed by id: the cost follows the open rows, not the
-/// ended ones a long-lived `job` table piles up. (A condition per executor,
-/// as this was, made each statement of 500 walk every `ExecutorJob` row ever
-/// written: start-up at 50,000 executors went from 1.2 to 4.3 s after one
-/// earlier run, and on with every run.)
-pub async fn close_crashed(
+/// index, and only rows without `end_date`), matched to the executors here:
+/// the cost follows the open rows, not the ended ones a long-lived `job`
+/// table piles up. (A condition per executor, as this was, made each
+/// statement of 500 walk every `ExecutorJob` row ever written: start-up at
+/// 50,000 executors went from 1.2 to 4.3 s after one earlier run, and on
+/// with every run.)
+pub async fn open_rows(
     db: &impl ConnectionTrait,
     hostname: &str,
     executors: &[ExecutorIdentity],
+) -> Result<Vec<OpenRow>> {
+    /// `id`, `executor_class`, `executor_instance`, `latest_heartbeat`.
+    type Columns = (i32, Option<String>, Option<String>, Option<DateTime<Utc>>);
+    let rows: Vec<Columns> = Job::find()
+        .select_only()
+        .column(Column::Id)
+        .column(Column::ExecutorClass)
+        .column(Column::ExecutorInstance)
+        .column(Column::LatestHeartbeat)
+        .filter(
+            Condition::all()
+                .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+                .add(Column::Hostname.eq(hostname))
+                .add(Column::EndDate.is_null()),
+        )
+        .order_by(Column::Id, Order::Asc)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let wanted: std::collections::HashSet<&ExecutorIdentity> = executors.iter().collect();
+    Ok(rows
+        .into_iter()
+        .map(|(id, class, instance, latest_heartbeat)| OpenRow {
+            id,
+            key: ExecutorIdentity {
+                executor_class: class.unwrap_or_default(),
+                instance,
+            },
+            latest_heartbeat,
+        })
+        .filter(|row| wanted.contains(&row.key))
+        .collect())
+}
+
+/// Closes the rows a crash left open (their ids, from [`open_rows`]):
+/// `state = 'failed'`, `end_date = now`. Returns how many it closed.
+pub async fn close_crashed(
+    db: &impl ConnectionTrait,
+    crashed: &[i32],
     now: DateTime<Utc>,
 ) -> Result<u64> {
-    let open = keyed_rows(
-        db,
-        Condition::all()
-            .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
-            .add(Column::Hostname.eq(hostname))
-            .add(Column::EndDate.is_null()),
-    )
-    .await?;
-    let wanted: std::collections::HashSet<&ExecutorIdentity> = executors.iter().collect();
-    let crashed: Vec<i32> = open
-        .into_iter()
-        .filter_map(|(id, key)| wanted.contains(&key).then_some(id))
-        .collect();
     let mut closed = 0;
     for chunk in crashed.chunks(ROWS_PER_STATEMENT) {
         let result = Job::update_many()
