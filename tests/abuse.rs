@@ -126,6 +126,53 @@ fn whole_answer(address: &str, request: &[u8]) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// Every answer, the errors actix-http writes itself included, says its type
+/// is not to be sniffed; the page allows no inline script but its own.
+#[tokio::test]
+async fn every_answer_says_nosniff_and_the_page_runs_only_its_own_script() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    std::fs::write(dir.path().join("overseer.toml"), QUICK).unwrap();
+    let serving = Serving::start(overseer(dir.path()).env("OVERSEER_DATABASE__URL", &db.url));
+    for target in [
+        "/api/v2/monitor/health",
+        "/",
+        "/metrics",
+        "/nowhere",
+        "/api/v2/version",
+    ] {
+        let answer = whole_answer(
+            &serving.address,
+            format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        let head = answer
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        assert!(
+            head.contains("\r\nx-content-type-options: nosniff\r\n"),
+            "{target}: {head}"
+        );
+        if target == "/" {
+            let policy = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-security-policy: "))
+                .unwrap_or_else(|| panic!("no policy: {head}"));
+            assert!(policy.contains("script-src 'sha256-"), "{policy}");
+            assert!(!policy.contains("unsafe-inline"), "{policy}");
+        }
+    }
+    let answer = whole_answer(&serving.address, b"\x16\x03\x01 not http at all\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("\r\nx-content-type-options: nosniff\r\n"),
+        "{answer}"
+    );
+    let (code, _) = serving.terminate();
+    assert_eq!(code, Some(0));
+}
+
 /// A request carrying both framing headers is refused, naming them, and its
 /// connection closed (RFC 9112 6.3) with nothing after the refusal: a request
 /// smuggled in its body, or pipelined behind it, is never answered, whichever

@@ -24,12 +24,47 @@ use crate::ApiState;
 /// The page, as it ships.
 pub const PAGE: &str = include_str!("../assets/dashboard.html");
 
-/// What the page may load and run: its own inline script and style, its
-/// favicon (a `data:` SVG it draws), and requests to its own origin (the
-/// report, its stream, the history); nothing else. `frame-ancestors` follows,
-/// from [`FrameAncestors`].
-const POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-     img-src data:; connect-src 'self'";
+/// What the page may load and run: its own script and style, allowed by
+/// their SHA-256 (so a script injected into the page, inline or not, never
+/// runs), its favicon (a `data:` SVG it draws), and requests to its own
+/// origin (the report, its stream, the history); nothing else.
+/// `frame-ancestors` follows, from [`FrameAncestors`].
+fn policy() -> &'static str {
+    static POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "default-src 'none'; script-src {}; style-src {}; img-src data:; \
+             connect-src 'self'; base-uri 'none'; form-action 'none'",
+            hash_of(inline(PAGE, "script")),
+            hash_of(inline(PAGE, "style")),
+        )
+    });
+    &POLICY
+}
+
+/// The text of the page's one `<tag>` element, as the browser hashes it.
+fn inline<'a>(page: &'a str, tag: &str) -> &'a str {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = page
+        .find(&open)
+        .map(|at| at + open.len())
+        .unwrap_or_else(|| panic!("the dashboard has no <{tag}>"));
+    let end = page[start..]
+        .find(&close)
+        .map(|len| start + len)
+        .unwrap_or_else(|| panic!("the dashboard's <{tag}> is not closed"));
+    &page[start..end]
+}
+
+/// A CSP source that allows exactly `text`: `'sha256-<base64>'`.
+fn hash_of(text: &str) -> String {
+    use base64::Engine as _;
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+    )
+}
 
 /// The origins allowed to frame the dashboard, besides its own: the page's
 /// `Content-Security-Policy` ends with `frame-ancestors 'self'` and them.
@@ -65,7 +100,7 @@ impl FrameAncestors {
     }
 
     fn from_origins(origins: Vec<String>) -> Self {
-        let mut policy = format!("{POLICY}; frame-ancestors 'self'");
+        let mut policy = format!("{}; frame-ancestors 'self'", policy());
         for origin in &origins {
             policy.push(' ');
             policy.push_str(origin);
@@ -147,9 +182,34 @@ mod tests {
     fn only_the_pages_own_origin_frames_it_by_default() {
         assert_eq!(
             FrameAncestors::default().policy(),
-            format!("{POLICY}; frame-ancestors 'self'")
+            format!("{}; frame-ancestors 'self'", policy())
         );
         assert!(FrameAncestors::default().origins().is_empty());
+    }
+
+    /// No inline script or style runs but the page's own, each allowed by its
+    /// hash (the browser tests load the page under this policy: its script
+    /// running is what they see).
+    #[test]
+    fn only_the_pages_own_script_and_style_may_run() {
+        let policy = policy();
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        assert!(!policy.contains("unsafe-eval"), "{policy}");
+        let script = inline(PAGE, "script");
+        assert!(
+            script.contains("EventSource"),
+            "the page's script: {script:.80}"
+        );
+        assert!(
+            policy.contains(&format!("script-src {};", hash_of(script))),
+            "{policy}"
+        );
+        assert!(policy.contains(&format!("style-src {};", hash_of(inline(PAGE, "style")))));
+        // SHA-256 of "" as every CSP implementation writes it.
+        assert_eq!(
+            hash_of(""),
+            "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"
+        );
     }
 
     #[test]

@@ -172,7 +172,8 @@ fn early_error(head: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let mut answer = format!(
-        "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        "{status_line}\r\ncontent-type: application/json\r\n\
+         x-content-type-options: nosniff\r\ncontent-length: {}\r\n",
         body.len()
     );
     for line in others {
@@ -306,7 +307,8 @@ mod tests {
             assert_eq!(at, 0);
             let answer = String::from_utf8(answer).unwrap();
             let expected = format!(
-                "{status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                "{status_line}\r\ncontent-type: application/json\r\n\
+                 x-content-type-options: nosniff\r\ncontent-length: {}\r\n\
                  connection: close\r\n{DATE}\r\n{detail}",
                 detail.len()
             );
@@ -325,7 +327,8 @@ mod tests {
         assert_eq!(
             answer,
             format!(
-                "HTTP/1.1 400 Bad\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                "HTTP/1.1 400 Bad\r\ncontent-type: application/json\r\n\
+                 x-content-type-options: nosniff\r\ncontent-length: {}\r\n\
                  {DATE}Connection: close\r\n\r\n{BAD_REQUEST_BODY}",
                 BAD_REQUEST_BODY.len()
             )

@@ -335,6 +335,12 @@ where
             }
         })
         .wrap(request_span::RequestSpan)
+        // Every answer is read as the type it says (JSON, the page, text
+        // metrics), never sniffed into another.
+        .wrap(
+            actix_web::middleware::DefaultHeaders::new()
+                .add((actix_web::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff")),
+        )
         .configure(routes)
         .default_service(web::to(errors::not_found));
     actix_http::HttpService::build()
