@@ -87,11 +87,31 @@ impl ExecutorName {
     }
 }
 
+/// The first character of `text` a name may not hold: a control character,
+/// or one that reorders or hides text (bidirectional overrides and isolates,
+/// marks, zero-width characters): written raw into a log line or a terminal,
+/// it would make the line read as something else.
+pub fn unsafe_char(text: &str) -> Option<char> {
+    text.chars().find(|&c| {
+        c.is_control()
+            || matches!(c,
+                '\u{061C}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    })
+}
+
 impl FromStr for ExecutorName {
     type Err = String;
 
     fn from_str(entry: &str) -> Result<Self, String> {
         let entry = entry.trim();
+        if let Some(c) = unsafe_char(entry) {
+            return Err(format!(
+                "executor {entry:?} holds U+{:04X}, a control or bidirectional character, \
+                 which a name may not",
+                u32::from(c)
+            ));
+        }
         let length = entry.chars().count();
         if length > MAX_EXECUTOR_NAME {
             return Err(format!(
@@ -381,6 +401,27 @@ pub(crate) fn default_queues() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_would_reorder_or_hide_text_are_refused() {
+        for (entry, code) in [
+            ("fast\u{202E}rotceX:CeleryExecutor", "202E"),
+            ("a\u{2066}b:CeleryExecutor", "2066"),
+            ("my.mod\u{200B}ule.Executor", "200B"),
+            ("x\u{1b}[31m:LocalExecutor", "001B"),
+        ] {
+            let err = entry.parse::<ExecutorName>().unwrap_err();
+            assert!(
+                err.ends_with(&format!(
+                    "holds U+{code}, a control or bidirectional character, which a name may not"
+                )),
+                "{err}"
+            );
+            // The name itself is shown escaped, never raw.
+            assert!(err.is_ascii(), "{err}");
+        }
+        assert!("équipe:CeleryExecutor".parse::<ExecutorName>().is_ok());
+    }
 
     #[test]
     fn airflow_executor_entries_parse() {

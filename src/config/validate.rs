@@ -103,6 +103,15 @@ fn hostname(supervisor: &SupervisorConfig) -> Result<(), Problem> {
     if supervisor.hostname.trim().is_empty() {
         return Err(("supervisor.hostname", "must not be empty".into()));
     }
+    if let Some(c) = super::executor::unsafe_char(&supervisor.hostname) {
+        return Err((
+            "supervisor.hostname",
+            format!(
+                "holds U+{:04X}, a control or bidirectional character, which a name may not",
+                u32::from(c)
+            ),
+        ));
+    }
     if supervisor.hostname.len() > 500 {
         return Err((
             "supervisor.hostname",
