@@ -250,7 +250,7 @@ impl WorkerEvents {
                 inner.workers.remove(&name);
             }
         }
-        let freq = event
+        let claimed = event
             .freq
             .filter(|f| f.is_finite() && *f > 0.0)
             .map_or(DEFAULT_FREQ, |f| {
@@ -260,7 +260,9 @@ impl WorkerEvents {
             Kind::Offline => State::Offline,
             Kind::Heartbeat | Kind::Online => State::Online,
         };
+        let since = inner.since();
         let Some(heard) = inner.workers.get_mut(&event.hostname) else {
+            let freq = claimed;
             inner.workers.insert(
                 event.hostname,
                 Heard {
@@ -280,6 +282,17 @@ impl WorkerEvents {
             );
             return;
         };
+        // A worker that runs on says each start with `worker-online`: then
+        // its claim stands (a restart with another --heartbeat-interval).
+        // Otherwise a longer freq is believed only as far as the worker's own
+        // heartbeats are spaced: one forged heartbeat claiming 120 s between
+        // two real ones 2 s apart does not put its death off by four minutes.
+        let restarted = event.kind == Kind::Online && heard.state != State::Online;
+        let freq = if restarted {
+            claimed
+        } else {
+            claimed.min(heard.freq.max(now.saturating_duration_since(heard.last)))
+        };
         if state == State::Offline {
             // A goodbye from a worker whose heartbeats contradicted the last
             // one, and still arrive: the heartbeats win.
@@ -288,6 +301,16 @@ impl WorkerEvents {
                 .is_some_and(|at| now.saturating_duration_since(at) < heard.freq * 2)
             {
                 heard.said_offline = true;
+                return;
+            }
+            // A goodbye from a worker already gone by its own silence (two
+            // heartbeats missed, while listened for) does not unsay its death:
+            // a worker stopping cleanly says so while it still heartbeats.
+            let silent_since = since.map(|since| heard.last.max(since));
+            if heard.state == State::Gone
+                || silent_since
+                    .is_some_and(|from| now.saturating_duration_since(from) > heard.freq * 2)
+            {
                 return;
             }
             heard.said_offline = true;

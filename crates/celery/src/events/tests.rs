@@ -353,6 +353,64 @@ fn forged_events_are_weighed_not_obeyed() {
     );
 }
 
+/// One forged heartbeat claiming a long `freq` between a real worker's
+/// heartbeats does not put off its death; a real restart with a longer
+/// interval (`worker-offline`, then `worker-online` claiming it) is believed.
+#[test]
+fn a_longer_freq_is_believed_only_as_far_as_the_heartbeats_are_spaced() {
+    let events = WorkerEvents::default();
+    let t0 = Instant::now();
+    let at = |s: f64| t0 + Duration::from_secs_f64(s);
+    events.listening_at(0, t0.checked_sub(WARM_UP * 2).unwrap());
+    let with_freq = |kind: &str, freq: &str| {
+        Event::from_body(
+            format!(r#"{{"hostname": "celery@w1", "freq": {freq}, "type": "worker-{kind}"}}"#)
+                .as_bytes(),
+        )
+        .unwrap()
+    };
+    let state = |now| {
+        let w = events.workers_at(now).unwrap().remove(0);
+        (w.state, w.freq)
+    };
+    events.heard_at(0, with_freq("online", "2.0"), at(0.0), Utc::now());
+    events.heard_at(0, with_freq("heartbeat", "2.0"), at(2.0), Utc::now());
+    events.heard_at(0, with_freq("heartbeat", "120.0"), at(3.0), Utc::now());
+    events.heard_at(0, with_freq("heartbeat", "2.0"), at(4.0), Utc::now());
+    events.heard_at(0, with_freq("heartbeat", "120.0"), at(5.0), Utc::now());
+    // Killed after its heartbeat at 4 s: gone two of its own heartbeats
+    // after its last event, not four minutes on.
+    assert_eq!(state(at(8.9)).0, State::Online);
+    let (gone, freq) = state(at(9.1));
+    assert_eq!(gone, State::Gone);
+    assert_eq!(freq, Duration::from_secs(2));
+
+    // Restarted cleanly with --heartbeat-interval 10: believed at once.
+    events.heard_at(0, with_freq("online", "10.0"), at(20.0), Utc::now());
+    events.heard_at(0, with_freq("heartbeat", "10.0"), at(30.0), Utc::now());
+    assert_eq!(state(at(49.0)), (State::Online, Duration::from_secs(10)));
+    assert_eq!(state(at(50.5)).0, State::Gone);
+}
+
+/// A goodbye for a worker its silence already made gone (a forger's, after
+/// the crash) does not turn the death into a clean stop.
+#[test]
+fn a_goodbye_after_the_silence_does_not_unsay_a_death() {
+    let events = WorkerEvents::default();
+    let t0 = Instant::now();
+    let at = |s: f64| t0 + Duration::from_secs_f64(s);
+    events.listening_at(0, t0.checked_sub(WARM_UP * 2).unwrap());
+    let state = |now| events.workers_at(now).unwrap()[0].state;
+    events.heard_at(0, event("online", "celery@w1"), at(0.0), Utc::now());
+    events.heard_at(0, event("heartbeat", "celery@w1"), at(2.0), Utc::now());
+    // Killed at 2.5 s; the goodbye comes after its silence made it gone,
+    // whether anyone looked in between or not.
+    events.heard_at(0, event("offline", "celery@w1"), at(6.5), Utc::now());
+    assert_eq!(state(at(7.0)), State::Gone);
+    events.heard_at(0, event("offline", "celery@w1"), at(8.0), Utc::now());
+    assert_eq!(state(at(8.5)), State::Gone);
+}
+
 #[test]
 fn a_flood_of_names_keeps_at_most_max_workers() {
     let events = WorkerEvents::default();
