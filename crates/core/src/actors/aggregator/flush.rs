@@ -156,7 +156,7 @@ impl Aggregator {
         let prune_before = if prune && self.prune_due() {
             chrono::Duration::from_std(self.settings.history.retention)
                 .ok()
-                .and_then(|retention| now.checked_sub_signed(retention))
+                .and_then(|retention| steady(now).checked_sub_signed(retention))
         } else {
             None
         };
@@ -246,5 +246,48 @@ impl Aggregator {
                 tokio::time::sleep(backoff.next_delay().min(left)).await;
             }
         }
+    }
+}
+
+/// `now` as the prune counts it: never later than this process's first
+/// reading of the wall clock plus the monotonic time since. A wall clock
+/// stepped forward past the retention (set right, a VM resumed) once made the
+/// next prune delete the whole history; stepped back, `now` is earlier and
+/// the prune deletes less, never more.
+fn steady(now: DateTime<Utc>) -> DateTime<Utc> {
+    static ANCHOR: std::sync::OnceLock<(DateTime<Utc>, std::time::Instant)> =
+        std::sync::OnceLock::new();
+    let &(wall, mono) = ANCHOR.get_or_init(|| (Utc::now(), std::time::Instant::now()));
+    steady_from(now, wall, mono.elapsed())
+}
+
+/// [`steady`] with its anchor given: the earlier of `now` and `wall` +
+/// `elapsed`.
+fn steady_from(now: DateTime<Utc>, wall: DateTime<Utc>, elapsed: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(elapsed)
+        .ok()
+        .and_then(|elapsed| wall.checked_add_signed(elapsed))
+        .map_or(now, |counted| now.min(counted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wall_clock_stepped_forward_does_not_age_the_history() {
+        let wall = DateTime::parse_from_rfc3339("2026-12-06T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let hour = Duration::from_secs(3600);
+        let later = wall + chrono::Duration::hours(1);
+        // The clock as it should be: as read.
+        assert_eq!(steady_from(later, wall, hour), later);
+        // Stepped 30 days ahead an hour in: counted as an hour in.
+        let stepped = later + chrono::Duration::days(30);
+        assert_eq!(steady_from(stepped, wall, hour), later);
+        // Stepped back: the earlier reading, so the prune deletes less.
+        let back = wall - chrono::Duration::days(1);
+        assert_eq!(steady_from(back, wall, hour), back);
     }
 }
