@@ -19,9 +19,10 @@ use crate::job::{ExecutorHealth, JobState, JobType};
 /// only): keeps every statement well under the drivers' parameter limits.
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// A row of an earlier session of this host, for one of these executors, that
-/// has no `end_date`: a crash left it open, or another Overseer with the same
-/// hostname runs (see [`crate::overseer`]'s start-up, which tells them apart).
+/// An executor row with no `end_date`: its id, its executor and its last
+/// heartbeat. Of an earlier session of this host, a crash left it open, or
+/// another Overseer with the same hostname runs (see [`crate::overseer`]'s
+/// start-up, which tells them apart).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenRow {
     /// `job.id`.
@@ -46,35 +47,17 @@ pub async fn open_rows(
     hostname: &str,
     executors: &[ExecutorIdentity],
 ) -> Result<Vec<OpenRow>> {
-    /// `id`, `executor_class`, `executor_instance`, `latest_heartbeat`.
-    type Columns = (i32, Option<String>, Option<String>, Option<DateTime<Utc>>);
-    let rows: Vec<Columns> = Job::find()
-        .select_only()
-        .column(Column::Id)
-        .column(Column::ExecutorClass)
-        .column(Column::ExecutorInstance)
-        .column(Column::LatestHeartbeat)
-        .filter(
-            Condition::all()
-                .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
-                .add(Column::Hostname.eq(hostname))
-                .add(Column::EndDate.is_null()),
-        )
-        .order_by(Column::Id, Order::Asc)
-        .into_tuple()
-        .all(db)
-        .await?;
+    let open = keyed_rows(
+        db,
+        Condition::all()
+            .add(Column::JobType.eq(JobType::ExecutorJob.as_str()))
+            .add(Column::Hostname.eq(hostname))
+            .add(Column::EndDate.is_null()),
+    )
+    .await?;
     let wanted: std::collections::HashSet<&ExecutorIdentity> = executors.iter().collect();
-    Ok(rows
+    Ok(open
         .into_iter()
-        .map(|(id, class, instance, latest_heartbeat)| OpenRow {
-            id,
-            key: ExecutorIdentity {
-                executor_class: class.unwrap_or_default(),
-                instance,
-            },
-            latest_heartbeat,
-        })
         .filter(|row| wanted.contains(&row.key))
         .collect())
 }
@@ -101,17 +84,17 @@ pub async fn close_crashed(
     Ok(closed)
 }
 
-/// The id and [`ExecutorIdentity`] of every row `which` selects, in id order: only
-/// the three columns that match rows to executors.
-async fn keyed_rows(
-    db: &impl ConnectionTrait,
-    which: Condition,
-) -> Result<Vec<(i32, ExecutorIdentity)>> {
-    let rows: Vec<(i32, Option<String>, Option<String>)> = Job::find()
+/// Every row `which` selects, in id order: only the columns that match rows
+/// to executors, and the heartbeat.
+async fn keyed_rows(db: &impl ConnectionTrait, which: Condition) -> Result<Vec<OpenRow>> {
+    /// `id`, `executor_class`, `executor_instance`, `latest_heartbeat`.
+    type Columns = (i32, Option<String>, Option<String>, Option<DateTime<Utc>>);
+    let rows: Vec<Columns> = Job::find()
         .select_only()
         .column(Column::Id)
         .column(Column::ExecutorClass)
         .column(Column::ExecutorInstance)
+        .column(Column::LatestHeartbeat)
         .filter(which)
         .order_by(Column::Id, Order::Asc)
         .into_tuple()
@@ -119,12 +102,13 @@ async fn keyed_rows(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, class, instance)| {
-            let identity = ExecutorIdentity {
+        .map(|(id, class, instance, latest_heartbeat)| OpenRow {
+            id,
+            key: ExecutorIdentity {
                 executor_class: class.unwrap_or_default(),
                 instance,
-            };
-            (id, identity)
+            },
+            latest_heartbeat,
         })
         .collect())
 }
@@ -160,8 +144,8 @@ pub async fn register(
     let stored = keyed_rows(db, session.rows()).await?;
     let mut ids: std::collections::HashMap<ExecutorIdentity, std::collections::VecDeque<i32>> =
         std::collections::HashMap::with_capacity(stored.len());
-    for (id, key) in stored {
-        ids.entry(key).or_default().push_back(id);
+    for row in stored {
+        ids.entry(row.key).or_default().push_back(row.id);
     }
     executors
         .iter()
