@@ -50,9 +50,12 @@ impl Verification {
 /// The PEM file named by option `key` (`ssl_ca_certs`, ...), or why it cannot be read,
 /// naming the broker.
 pub(crate) fn read_pem(who: &str, key: &str, path: &str) -> Result<Vec<u8>, Reason> {
-    // A CA bundle of every public CA is about 220 KiB. Read inside a poll:
-    // a file that does not come within a second is a reason, not a hang.
-    let (limit, deadline) = (16 * 1024 * 1024, std::time::Duration::from_secs(1));
+    // Read inside a poll: a file that does not come within a second is a
+    // reason, not a hang.
+    let (limit, deadline) = (
+        overseer_core::file::MAX_CA_BUNDLE,
+        std::time::Duration::from_secs(1),
+    );
     overseer_core::file::read_within(std::path::Path::new(path), limit, deadline)
         .map_err(|e| format!("{who}: cannot read {key} {path}: {e}"))
 }

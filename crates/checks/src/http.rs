@@ -195,8 +195,7 @@ pub fn tls_config(cacert: &Path) -> Result<Arc<rustls::ClientConfig>> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let file = cacert.display().to_string();
-    // The system's own bundle, every public CA, is about 220 KiB.
-    let pem = overseer_core::file::read(cacert, 16 * 1024 * 1024)
+    let pem = overseer_core::file::read(cacert, overseer_core::file::MAX_CA_BUNDLE)
         .map_err(|e| Error::CaFile(file.clone(), e.to_string()))?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()

@@ -18,6 +18,10 @@ use std::time::Duration;
 /// mount that stopped answering would hold start-up for ever.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 
+/// How large a CA bundle (or any PEM file a check reads) may be: the
+/// system's own, every public CA, is about 220 KiB.
+pub const MAX_CA_BUNDLE: u64 = 16 * 1024 * 1024;
+
 /// Why a file was not read, in words that follow `cannot read {file}: `.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileError(String);
@@ -66,7 +70,7 @@ fn read_now(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     // Non-blocking: opening a FIFO for reading does not wait for a writer.
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc_o_nonblock())
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| FileError(io_words(&e)))?;
     let meta = file.metadata().map_err(|e| FileError(io_words(&e)))?;
@@ -101,11 +105,6 @@ fn read_now(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
         )));
     }
     Ok(bytes)
-}
-
-/// `O_NONBLOCK`, the same on every Linux architecture Overseer builds for.
-const fn libc_o_nonblock() -> i32 {
-    0o4000
 }
 
 fn too_large(len: u64, limit: u64) -> FileError {
