@@ -337,6 +337,7 @@ async fn cost_of(history: &HistoryReader, alert: &Alert) -> Option<FaultCost> {
                 t.hostname == key.hostname
                     && t.instance.as_deref().unwrap_or_default() == key.instance
                     && t.from == ExecutorHealthKind::Unhealthy
+                    && t.to != ExecutorHealthKind::Unhealthy
                     && t.at <= end
             })
             .collect();

@@ -75,7 +75,8 @@ impl HistoryQuery {
 }
 
 /// Every change of an executor's verdict state (`healthy`, `unhealthy`,
-/// `unknown`), newest first, from Overseer's history table.
+/// `unknown`), and every change of cause while it stays `unhealthy` (`from`
+/// and `to` both `unhealthy`), newest first, from Overseer's history table.
 #[utoipa::path(
     get,
     tag = "monitor",

@@ -4,9 +4,11 @@
 //!
 //! - **Where a transition is seen.** The aggregator holds each of this host's
 //!   verdicts; a new verdict whose *state* differs from the one the history
-//!   knows for the row (a new reason alone is not a transition) queues a
-//!   [`Transition`]: the executor, instance, host, both states, the new reason,
-//!   and when the new verdict was made.
+//!   knows for the row queues a [`Transition`]: the executor, instance, host,
+//!   both states, the new reason, and when the new verdict was made. A new
+//!   reason while the row stays `unhealthy` (a change of cause) queues one too,
+//!   from `unhealthy` to `unhealthy`: it begins no state, so the reads of a
+//!   row's latest state ([`latest`], [`left_by_earlier_runs`]) pass over it.
 //! - **Written with the verdict.** The queue is written by the aggregator's
 //!   flush, one multi-row `INSERT` in the same transaction as the verdict it
 //!   records ([`flush_with_history`], over [`crate::storage`]'s statements). A flush that fails keeps the queue, so a
@@ -224,18 +226,47 @@ pub async fn read(db: &impl ConnectionTrait, filter: &HistoryFilter) -> Result<V
 /// instance), for the report's `since` and `previous`: one statement, whose
 /// work grows with the rows the history keeps (at most `retention`'s worth).
 pub async fn latest(db: &impl ConnectionTrait) -> Result<Vec<Transition>> {
-    let sql = format!(
-        "SELECT {COLUMNS} \
-         FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} GROUP BY hostname, executor, instance) m \
-         ON h.id = m.id"
-    );
-    History::find()
+    let sql = latest_sql("", "GROUP BY hostname, executor, instance");
+    let rows = History::find()
         .from_raw_sql(Statement::from_string(db.get_database_backend(), sql))
         .all(db)
-        .await?
-        .into_iter()
-        .map(Transition::from_row)
-        .collect()
+        .await?;
+    latest_states(rows)
+}
+
+/// The statement reading each row's latest state: for every group of
+/// `group_by` among the rows `filter` keeps (a `WHERE` clause's conditions,
+/// each ending in `AND`), its latest transition of state and its latest
+/// transition of any kind (the same row unless a new reason came since),
+/// oldest first: [`latest_states`] folds them.
+fn latest_sql(filter: &str, group_by: &str) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM {TABLE} h \
+         WHERE h.id IN (SELECT MAX(id) FROM {TABLE} WHERE {filter}from_health <> to_health {group_by}) \
+         OR h.id IN (SELECT MAX(id) FROM {TABLE} WHERE {filter}1 = 1 {group_by}) \
+         ORDER BY h.id"
+    )
+}
+
+/// Each row's latest state from [`latest_sql`]'s rows: its latest transition
+/// of state (when the state began, from what), with the reason of its latest
+/// transition, a new cause recorded since included. A row whose transitions
+/// of state are all pruned keeps its latest change of cause as it is.
+fn latest_states(rows: Vec<history::Model>) -> Result<Vec<Transition>> {
+    let mut latest: Vec<Transition> = Vec::with_capacity(rows.len());
+    let mut at: std::collections::HashMap<RowKey, usize> = std::collections::HashMap::new();
+    for row in rows {
+        let t = Transition::from_row(row)?;
+        match at.get(&t.key()) {
+            Some(&i) if t.from == t.to => latest[i].reason = t.reason,
+            Some(&i) => latest[i] = t,
+            None => {
+                at.insert(t.key(), latest.len());
+                latest.push(t);
+            }
+        }
+    }
+    Ok(latest)
 }
 
 /// How earlier runs of Overseer left one of a host's executor rows: the
@@ -345,24 +376,29 @@ async fn left_behind(
     let mut values: Vec<sea_orm::Value> = vec![hostname.into(), to_micros(cutoff).into()];
     let supervised = if supervised_only {
         values.push(NOT_SUPERVISED.into());
-        format!("AND (reason IS NULL OR reason <> {}) ", placeholder(3))
+        format!("(reason IS NULL OR reason <> {}) AND ", placeholder(3))
     } else {
         String::new()
     };
-    let sql = format!(
-        "SELECT {COLUMNS} \
-         FROM {TABLE} h JOIN (SELECT MAX(id) AS id FROM {TABLE} WHERE hostname = {} AND at <= {} \
-         {supervised}GROUP BY executor, instance) m ON h.id = m.id",
-        placeholder(1),
-        placeholder(2)
+    let sql = latest_sql(
+        &format!(
+            "hostname = {} AND at <= {} AND {supervised}",
+            placeholder(1),
+            placeholder(2)
+        ),
+        "GROUP BY executor, instance",
     );
-    History::find()
+    if backend != DbBackend::Postgres {
+        // `?` takes the values in order, and the filter is written twice.
+        values.extend(values.clone());
+    }
+    let rows = History::find()
         .from_raw_sql(Statement::from_sql_and_values(backend, sql, values))
         .all(db)
-        .await?
+        .await?;
+    latest_states(rows)?
         .into_iter()
-        .map(|row| {
-            let transition = Transition::from_row(row)?;
+        .map(|transition| {
             let last_seen = last_seen
                 .get(&(transition.executor.clone(), transition.instance.clone()))
                 .copied();

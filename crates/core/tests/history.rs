@@ -110,7 +110,7 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
     );
     let healthy_since = first.since.unwrap();
 
-    // The reason changes, the state does not: no transition.
+    // The state changes: a transition.
     check.set(ExecutorHealth::unhealthy("broker refused the connection"));
     let unhealthy = report_until(&overseer, "unhealthy", |r| {
         instance(r, "sched-1").is_some_and(|i| i.health.as_str() == "unhealthy")
@@ -123,16 +123,17 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
         "{backend:?}"
     );
     assert_eq!(made.since, made.checked_at, "{backend:?}");
+    // The cause changes, the state does not: recorded, beginning no state.
     check.set(ExecutorHealth::unhealthy("broker timed out"));
-    report_until(&overseer, "a new reason", |r| {
+    let same_state = report_until(&overseer, "a new reason", |r| {
         instance(r, "sched-1").is_some_and(|i| i.health.reason() == Some("broker timed out"))
     })
     .await;
-    let same_state = overseer.report();
     let same_state = instance(&same_state, "sched-1").unwrap();
+    let new_cause_at = same_state.checked_at.unwrap();
     assert_eq!(
         same_state.since, made.since,
-        "{backend:?}: a reason is no transition"
+        "{backend:?}: a new reason begins no state"
     );
     assert_eq!(same_state.previous, Some(ExecutorHealthKind::Healthy));
 
@@ -187,6 +188,16 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
                 at: made.since.unwrap(),
                 cost: None,
             },
+            Transition {
+                executor: "CeleryExecutor".into(),
+                instance: Some(BROKER.into()),
+                hostname: "sched-1".into(),
+                from: ExecutorHealthKind::Unhealthy,
+                to: ExecutorHealthKind::Unhealthy,
+                reason: Some("broker timed out".into()),
+                at: new_cause_at,
+                cost: None,
+            },
         ],
         "{backend:?}"
     );
@@ -209,7 +220,11 @@ async fn a_flip_is_recorded_with_its_verdict(db: TestDb) {
     );
     assert_eq!(again.previous, Some(ExecutorHealthKind::Healthy));
     overseer.shutdown().await.unwrap();
-    assert_eq!(transitions(&db.conn).await.len(), 2, "{backend:?}");
+    assert_eq!(
+        transitions(&db.conn).await.len(),
+        3,
+        "{backend:?}: the same state and the same cause after a restart are nothing new"
+    );
 }
 
 #[tokio::test]

@@ -42,6 +42,10 @@ pub(super) struct OwnRow {
     pub(super) since: Option<DateTime<Utc>>,
     /// The state before `in_history`, if the history says.
     pub(super) previous: Option<ExecutorHealthKind>,
+    /// The reason the history holds for the row's current `unhealthy` span
+    /// (the latest transition's): a new one while the row stays `unhealthy`
+    /// is a change of cause, recorded too.
+    pub(super) reason_in_history: Option<String>,
     /// When this aggregator's latest verdict for the row was made (`None`:
     /// none yet, or only one taken back after a restart).
     pub(super) made_at: Option<DateTime<Utc>>,
@@ -76,6 +80,7 @@ impl OwnRow {
             in_history: None,
             since: None,
             previous: None,
+            reason_in_history: None,
             made_at: None,
         }
     }

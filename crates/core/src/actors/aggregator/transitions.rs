@@ -128,7 +128,29 @@ impl Aggregator {
         };
         let health = own.health();
         let current = ExecutorHealthKind::of(health);
+        let reason = health.reason().map(str::to_owned);
         if current == before {
+            // A new cause while the row stays `unhealthy`: kept in the history
+            // as a row of its own (from `unhealthy` to `unhealthy`), which
+            // begins no span: `since`, `previous` and the cost stay the span's.
+            if current != ExecutorHealthKind::Unhealthy
+                || reason.is_none()
+                || own.reason_in_history == reason
+            {
+                return;
+            }
+            own.reason_in_history.clone_from(&reason);
+            let transition = Transition {
+                executor: own.row.executor_class.clone().unwrap_or_default(),
+                instance: own.row.executor_instance.clone(),
+                hostname,
+                from: before,
+                to: current,
+                reason,
+                at,
+                cost: None,
+            };
+            self.queue(transition, None);
             return;
         }
         let transition = Transition {
@@ -137,7 +159,7 @@ impl Aggregator {
             hostname,
             from: before,
             to: current,
-            reason: health.reason().map(str::to_owned),
+            reason,
             at,
             cost: None,
         };
@@ -153,6 +175,7 @@ impl Aggregator {
         own.in_history = Some(current);
         own.previous = Some(before);
         own.since = Some(at);
+        own.reason_in_history = transition.reason.clone();
         self.queue(transition, span);
     }
 
@@ -213,9 +236,12 @@ impl Aggregator {
             latest.into_iter().map(|t| (t.key(), t)).collect();
         // Transitions an aggregator before this one queued and could not write
         // are later than any the table holds: the rows are in their states.
+        // (A new reason alone begins no state: passed over, as the read does.)
         for queued in &self.unwritten.lock().queued {
             let t = &queued.transition;
-            latest.insert(t.key(), t.clone());
+            if t.from != t.to {
+                latest.insert(t.key(), t.clone());
+            }
         }
         self.others_since = self
             .others
@@ -239,6 +265,7 @@ impl Aggregator {
                     own.in_history = Some(t.to);
                     own.since = Some(t.at);
                     own.previous = Some(t.from);
+                    own.reason_in_history = t.reason.clone();
                 }
                 // No transition yet: the row holds the state it was registered with.
                 None => own.in_history = Some(ExecutorHealthKind::Unknown),
