@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::airflow::CLI_DEADLINE;
-use support::airflow_run::{Run, Setup, get, try_get_json};
-use support::procs::{Timings, group_gone_within, read, signal_group, wait_deadline};
+use support::airflow_run::{Run, Setup, first_executor, get, reason_of, try_get_json};
+use support::procs::Timings;
 
 /// The DAG folder's one file: the plugin's canary, as its README says to add it.
 const CANARY_FILE: &str = "from overseer_airflow.canary import dag  # noqa: F401  (Airflow DAG)\n";
@@ -137,7 +137,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         migrate.log
     );
 
-    run.start("redis", redis_server(&run, broker_port));
+    run.start("redis", run.redis_server(broker_port));
     run.start("scheduler", run.airflow(&["scheduler"]));
     run.start("dag-processor", run.airflow(&["dag-processor"]));
     run.start_api_server();
@@ -147,12 +147,12 @@ async fn the_canary_proves_work_flows_through_each_queue() {
 
     // 1. work flows
     let started = Instant::now();
-    start_worker(&mut run, "good", "default", None);
+    run.start_celery_worker("good", "default", &[]);
     let flowing = run.wait_until(
         "a canary on queue default succeeded and Overseer shows its pickup",
         PHASE,
         || {
-            let instance = executor(&health)?;
+            let instance = first_executor(&health)?;
             let queue = canary_queue(&instance, "default")?;
             (instance["health"] == "healthy"
                 && queue["state"] == "success"
@@ -181,26 +181,26 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     // 2. nobody takes the queue
     let load = overseer_testkit::load::Saturation::start(LOADED_FOR);
     let started = Instant::now();
-    stop_worker(&mut run, "good");
-    start_worker(&mut run, "other", "other", None);
+    run.stop_celery_worker("good");
+    run.start_celery_worker("other", "other", &[]);
     // The cause, not the symptom: the queue nobody consumes (the workers'
     // queues asked by default), before the canary has waited 30 s.
     let nobody = "queue default: work waiting, no worker consumes it";
     let stuck = run.wait_until(
         "unhealthy, no worker consumes the canary's queue",
         PHASE,
-        || executor(&health).filter(|i| reason(i).contains(nobody)),
+        || first_executor(&health).filter(|i| reason_of(i).contains(nobody)),
     );
     assert_eq!(stuck["health"], "unhealthy", "{stuck}");
-    eprintln!("canary: stuck: {}", reason(&stuck));
+    eprintln!("canary: stuck: {}", reason_of(&stuck));
     // Then the canary's own finding beside it, once it waited its limit: the
     // next phase starts from a canary overdue, as it did when only the
     // canary could tell.
     let pickup = format!("canary on queue default: no worker started it within {MAX_PICKUP}");
     let overdue = run.wait_until("the canary overdue too", PHASE, || {
-        executor(&health).filter(|i| reason(i).contains(&pickup))
+        first_executor(&health).filter(|i| reason_of(i).contains(&pickup))
     });
-    assert!(reason(&overdue).contains(nobody), "{overdue}");
+    assert!(reason_of(&overdue).contains(nobody), "{overdue}");
     timings.add(
         "nobody takes the queue (until unhealthy)",
         started.elapsed(),
@@ -208,20 +208,24 @@ async fn the_canary_proves_work_flows_through_each_queue() {
 
     // 3. a worker that cannot run tasks; sampled from here on.
     let started = Instant::now();
-    stop_worker(&mut run, "other");
+    run.stop_celery_worker("other");
     let closed = overseer_testkit::throwaway::free_port();
     let unreachable = format!("http://127.0.0.1:{closed}/execution/");
-    start_worker(&mut run, "broken", "default", Some(&unreachable));
+    run.start_celery_worker(
+        "broken",
+        "default",
+        &[("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", &unreachable)],
+    );
     let mut seen = Vec::new();
     let until = Instant::now() + PHASE;
     let failed = loop {
-        let instance = executor(&health);
+        let instance = first_executor(&health);
         if let Some(instance) = &instance {
             assert_ne!(
                 instance["health"], "healthy",
                 "read healthy while no worker could run the canary: {instance}"
             );
-            let reason = reason(instance);
+            let reason = reason_of(instance);
             if seen.last() != Some(&reason) {
                 seen.push(reason.clone());
             }
@@ -247,10 +251,10 @@ async fn the_canary_proves_work_flows_through_each_queue() {
 
     // 4. recovered
     let started = Instant::now();
-    stop_worker(&mut run, "broken");
-    start_worker(&mut run, "good-again", "default", None);
+    run.stop_celery_worker("broken");
+    run.start_celery_worker("good-again", "default", &[]);
     run.wait_until("healthy once a canary succeeds again", PHASE, || {
-        executor(&health).filter(|i| i["health"] == "healthy")
+        first_executor(&health).filter(|i| i["health"] == "healthy")
     });
     timings.add("recovered (until healthy)", started.elapsed());
     // The history's transition out of `unhealthy` counts the canaries the
@@ -269,12 +273,12 @@ async fn the_canary_proves_work_flows_through_each_queue() {
 
     // 5. paused
     let started = Instant::now();
-    airflow_cli(&mut run, &["dags", "pause", "overseer_canary"]);
+    run.airflow_cli(&["dags", "pause", "overseer_canary"]);
     let paused = run.wait_until("unknown, the canary paused", PHASE, || {
-        executor(&health).filter(|i| i["health"] == "unknown")
+        first_executor(&health).filter(|i| i["health"] == "unknown")
     });
     assert_eq!(
-        reason(&paused),
+        reason_of(&paused),
         "canary DAG overseer_canary is paused",
         "{paused}"
     );
@@ -284,15 +288,12 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     // 6. what a fault cost: the broker killed, a DAG run failed meanwhile.
     let started = Instant::now();
     let killed = chrono::Utc::now();
-    let redis = run.running(|n| n == "redis").expect("the broker runs");
-    redis.child.kill().expect("the broker is killed by its pid");
-    let _ = redis.child.wait();
-    redis.reaped = true;
+    run.kill("redis");
     let down = run.wait_until("unhealthy, the broker killed", PHASE, || {
-        executor(&health).filter(|i| i["health"] == "unhealthy")
+        first_executor(&health).filter(|i| i["health"] == "unhealthy")
     });
-    eprintln!("canary: broker down: {}", reason(&down));
-    airflow_cli(&mut run, &["dags", "trigger", "overseer_fault"]);
+    eprintln!("canary: broker down: {}", reason_of(&down));
+    run.airflow_cli(&["dags", "trigger", "overseer_fault"]);
     let failed = "SELECT task_id FROM task_instance WHERE dag_id = 'overseer_fault' \
                   AND state = 'failed' ORDER BY task_id";
     let until = Instant::now() + PHASE;
@@ -306,7 +307,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
             "the scheduler never failed the tasks it could not send: {ids:?}\n{}",
             run.procs.tails()
         );
-        let instance = executor(&health);
+        let instance = first_executor(&health);
         assert!(
             instance.as_ref().is_none_or(|i| i["health"] == "unhealthy"),
             "the broker is down: {instance:?}"
@@ -314,7 +315,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         tokio::time::sleep(SAMPLE).await;
     }
     let failing = started.elapsed();
-    run.start("redis-again", redis_server(&run, broker_port));
+    run.start("redis-again", run.redis_server(broker_port));
     let recovery = run.wait_until(
         "the transition out of unhealthy, with its cost",
         PHASE,
@@ -352,12 +353,12 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     // 7. at capacity: four tasks of two minutes, two slots, a worker that
     // runs one at a time (the second waits queued in the broker).
     let started = Instant::now();
-    airflow_cli(&mut run, &["dags", "trigger", "overseer_capacity"]);
+    run.airflow_cli(&["dags", "trigger", "overseer_capacity"]);
     let full = run.wait_until("unhealthy at capacity", PHASE, || {
-        executor(&health).filter(|i| reason(i).contains("at capacity"))
+        first_executor(&health).filter(|i| reason_of(i).contains("at capacity"))
     });
     assert_eq!(
-        reason(&full),
+        reason_of(&full),
         format!(
             "at capacity: 2 of 2 slots taken (parallelism 2 × 1 scheduler) for {MAX_AT_CAPACITY}, \
              tasks waiting in scheduled"
@@ -383,36 +384,12 @@ async fn the_canary_proves_work_flows_through_each_queue() {
     eprintln!("canary: at capacity: {capacity}");
     timings.add("at capacity (trigger until unhealthy)", started.elapsed());
 
-    stop_worker(&mut run, "good-again");
+    run.stop_celery_worker("good-again");
     let strays = run.procs.stop_all(support::airflow::STOP_GRACE);
     assert!(strays.is_empty(), "processes left behind: {strays:?}");
     drop(run);
     drop(db);
     eprintln!("canary: phase timings\n{}", timings.render());
-}
-
-/// The broker: a `redis-server` of the test's own on `port`, keeping nothing.
-fn redis_server(run: &Run, port: u16) -> std::process::Command {
-    let mut command = run.command("redis-server");
-    command
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(run.dir());
-    command
-}
-
-/// `airflow ARGS` to its end, which must succeed (its log as
-/// `airflow-<first two args>`).
-fn airflow_cli(run: &mut Run, args: &[&str]) {
-    let name = format!("airflow-{}", args[..2.min(args.len())].join("-"));
-    let done = run.finish(run.airflow(args), &name, CLI_DEADLINE);
-    assert!(done.status.success(), "airflow {args:?}:\n{}", done.log);
-}
-
-/// Overseer's one Celery executor instance, once it has one.
-fn executor(health: &str) -> Option<Value> {
-    let report = try_get_json(health)?;
-    report["executor"]["instances"].as_array()?.first().cloned()
 }
 
 /// The canary on `queue` in an instance's detail.
@@ -421,42 +398,4 @@ fn canary_queue<'a>(instance: &'a Value, queue: &str) -> Option<&'a Value> {
         .as_array()?
         .iter()
         .find(|q| q["queue"] == queue)
-}
-
-fn reason(instance: &Value) -> String {
-    instance["reason"].as_str().unwrap_or_default().to_owned()
-}
-
-/// `airflow celery worker` consuming `queue`, as `name` (its process group
-/// and log), with `execution_api` instead of the run's when given; until ready.
-fn start_worker(run: &mut Run, name: &str, queue: &str, execution_api: Option<&str>) {
-    let node = format!("canary-{name}@%h");
-    let mut args = support::airflow::celery_worker_args(&node);
-    args[5] = queue;
-    let mut command = run.airflow(&args);
-    if let Some(url) = execution_api {
-        command.env("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", url);
-    }
-    let name = format!("worker-{name}");
-    run.start_group(&name, command);
-    let log = run.log_path(&name);
-    run.wait_until(&format!("{name} is ready"), PHASE, || {
-        read(&log).contains(" ready.").then_some(())
-    });
-}
-
-/// SIGTERM to a worker's process group (SIGKILL after the grace period).
-fn stop_worker(run: &mut Run, name: &str) {
-    run.procs.note_ours();
-    let name = format!("worker-{name}");
-    let process = run.running(|n| n == name).expect("the worker runs");
-    let pgid = process.child.id();
-    let grace = support::airflow::STOP_GRACE;
-    signal_group(pgid, "TERM");
-    let status = wait_deadline(&mut process.child, grace);
-    process.reaped = true;
-    if status.is_none() || !group_gone_within(pgid, grace) {
-        signal_group(pgid, "KILL");
-        assert!(group_gone_within(pgid, Duration::from_secs(5)));
-    }
 }

@@ -41,6 +41,7 @@ mod result_backend;
 mod saturation;
 mod schemathesis;
 mod secrets;
+mod stranded_work;
 mod tls;
 mod unconsumed;
 mod work_flowing;

@@ -245,6 +245,72 @@ impl Run {
             .find(|p| named(&p.name) && !p.reaped)
     }
 
+    /// `airflow ARGS` to its end, which must succeed (its log as
+    /// `airflow-<first two args>`).
+    pub fn airflow_cli(&mut self, args: &[&str]) {
+        let name = format!("airflow-{}", args[..2.min(args.len())].join("-"));
+        let done = self.finish(self.airflow(args), &name, super::airflow::CLI_DEADLINE);
+        assert!(done.status.success(), "airflow {args:?}:\n{}", done.log);
+    }
+
+    /// A Redis broker of the run's own on `port` (loopback), keeping nothing on
+    /// disk: started again, it is empty.
+    pub fn redis_server(&self, port: u16) -> Command {
+        let mut command = self.command("redis-server");
+        command
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(self.dir());
+        command
+    }
+
+    /// Kills the process started as `name` by its pid (SIGKILL), as a crash
+    /// or an OOM kill ends it, and reaps it.
+    pub fn kill(&mut self, name: &str) {
+        let process = self
+            .running(|n| n == name)
+            .unwrap_or_else(|| panic!("{name} runs"));
+        process.child.kill().expect("killed by its pid");
+        let _ = process.child.wait();
+        process.reaped = true;
+    }
+
+    /// `airflow celery worker` consuming `queue` with one slot, as node
+    /// `<run>-<name>@%h`, its process group and log `worker-<name>`, with
+    /// `env` beside the run's configuration; returns once it is ready.
+    pub fn start_celery_worker(&mut self, name: &str, queue: &str, env: &[(&str, &str)]) {
+        let node = format!("{}-{name}@%h", self.name);
+        let mut args = super::airflow::celery_worker_args(&node);
+        args[5] = queue;
+        let mut command = self.airflow(&args);
+        command.envs(env.iter().copied());
+        let name = format!("worker-{name}");
+        self.start_group(&name, command);
+        let log = self.log_path(&name);
+        self.wait_until(
+            &format!("{name} is ready"),
+            super::airflow::START_DEADLINE,
+            || super::procs::read(&log).contains(" ready.").then_some(()),
+        );
+    }
+
+    /// Stops the worker [`Run::start_celery_worker`] started as `name`: SIGTERM
+    /// to its process group, SIGKILL after the grace period.
+    pub fn stop_celery_worker(&mut self, name: &str) {
+        use super::procs::{group_gone_within, signal_group, wait_deadline};
+        self.procs.note_ours();
+        let name = format!("worker-{name}");
+        let process = self.running(|n| n == name).expect("the worker runs");
+        let pgid = process.child.id();
+        signal_group(pgid, "TERM");
+        let status = wait_deadline(&mut process.child, STOP_GRACE);
+        process.reaped = true;
+        if status.is_none() || !group_gone_within(pgid, STOP_GRACE) {
+            signal_group(pgid, "KILL");
+            assert!(group_gone_within(pgid, Duration::from_secs(5)));
+        }
+    }
+
     /// Runs a command to its end (killed at `deadline`), its output to `logs/<name>.log`.
     pub fn finish(&mut self, mut command: Command, name: &str, deadline: Duration) -> Finished {
         let (status, log) = finish_logged(&mut command, name, deadline, &self.log_path(name), None);
@@ -312,6 +378,18 @@ impl Drop for Run {
             eprintln!("{name}: kept the run folder {}", dir.keep().display());
         }
     }
+}
+
+/// The first executor instance of the health body at `url` (Overseer's or
+/// Airflow's, the plugin's entry), once it has one.
+pub fn first_executor(url: &str) -> Option<Value> {
+    let report = try_get_json(url)?;
+    report["executor"]["instances"].as_array()?.first().cloned()
+}
+
+/// An executor instance's reason, or `""`.
+pub fn reason_of(instance: &Value) -> String {
+    instance["reason"].as_str().unwrap_or_default().to_owned()
 }
 
 /// A GET with no credentials: status and body, any status; a transport error is a 0.
