@@ -9,7 +9,7 @@
 //! ```
 //! - `--smoke`: CI's pass (tiny sizes, one run each, no assertion on any figure),
 //!   written to a temporary folder unless `--out` says otherwise.
-//! - `--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads`: some sections (also to a temporary folder).
+//! - `--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads,lost`: some sections (also to a temporary folder).
 //! - `--out DIR`: where `BENCHMARKS.md` and `docs/bench/*.svg` go (default: the workspace).
 //!
 //! Exit code 1 when a section failed or was only partly measured (the report is
@@ -54,7 +54,7 @@ use crate::plan::Plan;
 use crate::report::{Body, Out, Outcome, RunInfo, Section, Skip};
 
 /// The sections, in the report's order: (id for `--only`, title).
-const SECTIONS: [(&str, &str); 11] = [
+const SECTIONS: [(&str, &str); 12] = [
     ("loop", "1. The host's main loop beside hung executors"),
     ("scale", "2. Scale: executors polled every second"),
     (
@@ -75,9 +75,10 @@ const SECTIONS: [(&str, &str); 11] = [
         "reads",
         "11. Airflow's tables read at a million task instances",
     ),
+    ("lost", "12. Lost work reconciled at 100,000 messages"),
 ];
 
-const USAGE: &str = "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads] [--out DIR]";
+const USAGE: &str = "usage: overseer-bench [--smoke] [--only loop,scale,detection,http,celery,probe,plugin,events,pool,flood,reads,lost] [--out DIR]";
 
 struct Options {
     smoke: bool,
@@ -216,6 +217,7 @@ fn run(options: Options) -> Result<ExitCode> {
             "events" => binary().and_then(|b| runtime.block_on(sections::events::run(&plan, &b))),
             "flood" => binary().and_then(|b| runtime.block_on(sections::flood::run(&plan, &b))),
             "reads" => runtime.block_on(sections::reads::run(&plan)),
+            "lost" => binary().and_then(|b| runtime.block_on(sections::lost::run(&plan, &b))),
             _ => runtime.block_on(sections::celery::run(&plan, &out)),
         };
         let (body, outcome) = match result {

@@ -7,6 +7,7 @@ pub mod detection;
 pub mod events;
 pub mod flood;
 pub mod http;
+pub mod lost;
 pub mod main_loop;
 pub mod plugin;
 pub mod pool;
