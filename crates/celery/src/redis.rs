@@ -222,10 +222,17 @@ impl RedisCheck {
             .await
             .map_err(timed_out)?
             .map_err(failure)?;
-        let role: Value = timeout_at(deadline, redis::cmd("ROLE").query_async(&mut conn))
+        // ROLE and INFO are in Redis's `@dangerous` category, which an ACL
+        // user made for an application (`+@all -@dangerous`) may not run:
+        // refused, they leave the role and the broker's start unknown, no
+        // fault of the broker's. The queues' depths are the check.
+        let role: Value = match timeout_at(deadline, redis::cmd("ROLE").query_async(&mut conn))
             .await
             .map_err(timed_out)?
-            .map_err(failure)?;
+        {
+            Err(e) if refused(&e) => Value::Nil,
+            answer => answer.map_err(failure)?,
+        };
         match role_name(&role).as_deref() {
             Some("master") | None => {}
             Some(_) => {
@@ -236,6 +243,9 @@ impl RedisCheck {
             }
         }
         let mut pipe = redis::pipe();
+        // Each command's answer on its own: a refused HLEN or INFO leaves
+        // what it says unknown; a refused LLEN is the check's failure.
+        pipe.ignore_errors();
         for queue in queues {
             for key in queue_keys(queue) {
                 pipe.cmd("LLEN").arg(key);
@@ -243,22 +253,37 @@ impl RedisCheck {
         }
         pipe.cmd("HLEN").arg(UNACKED);
         pipe.cmd("INFO").arg("server");
-        let mut values: Vec<Value> = timeout_at(deadline, pipe.query_async(&mut conn))
-            .await
-            .map_err(timed_out)?
-            .map_err(failure)?;
-        let info: String = values
-            .pop()
+        let mut values: Vec<redis::RedisResult<Value>> =
+            timeout_at(deadline, pipe.query_async(&mut conn))
+                .await
+                .map_err(timed_out)?
+                .map_err(failure)?;
+        let answer = |value: Option<redis::RedisResult<Value>>, command: &str| match value {
+            Some(Err(e)) if refused(&e) => {
+                tracing::debug!(broker = %self.identity, command, "refused: the user lacks the permission (NOPERM); left unknown");
+                None
+            }
+            Some(value) => value.ok(),
+            None => None,
+        };
+        let info: String = answer(values.pop(), "INFO")
             .and_then(|v| redis::from_redis_value(v).ok())
             .unwrap_or_default();
-        let delivered: Option<u64> = values.pop().and_then(|v| redis::from_redis_value(v).ok());
+        let delivered: Option<u64> =
+            answer(values.pop(), "HLEN").and_then(|v| redis::from_redis_value(v).ok());
         let lengths: Vec<u64> = values
             .into_iter()
-            .map(redis::from_redis_value)
-            .collect::<Result<_, _>>()
-            .map_err(|e| {
-                Failure::Answered(format!("broker {} answered LLEN with {e}", self.identity))
-            })?;
+            .map(|value| {
+                value.map_err(failure).and_then(|v| {
+                    redis::from_redis_value(v).map_err(|e| {
+                        Failure::Answered(format!(
+                            "broker {} answered LLEN with {e}",
+                            self.identity
+                        ))
+                    })
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let depths = queues
             .iter()
             .zip(lengths.chunks(4))
@@ -430,6 +455,11 @@ impl BrokerProbe for RedisCheck {
 /// is sent this much shorter than the time it may take, so that its empty
 /// answer is never mistaken for a broker that stopped answering.
 pub(super) const REDIS_TIMEOUT_LAG: Duration = Duration::from_millis(120);
+
+/// The server refused the command to this user (its ACL: `NOPERM`).
+fn refused(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
+}
 
 /// The first element of a `ROLE` reply: `master`, `slave` or `sentinel`.
 fn role_name(role: &Value) -> Option<String> {

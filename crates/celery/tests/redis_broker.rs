@@ -394,3 +394,63 @@ async fn a_broker_on_a_unix_socket_is_reached_through_redis_socket_urls() {
     assert_eq!(probe.brokers[0].broker, format!("redis+socket://{socket}"));
     assert_eq!(probe.brokers[0].queues[0].messages, Some(1));
 }
+
+/// A Redis ACL user made for an application, `+@all -@dangerous` (as the
+/// Redis docs suggest): `ROLE` and `INFO` are refused to it. The check still
+/// reads the queues and is healthy; the broker's start is unknown. A user also
+/// refused `HLEN` leaves the delivered count unknown (the lost-work rule then
+/// stays silent), never a broker fault. A user refused `LLEN` fails the check,
+/// saying so.
+#[tokio::test]
+async fn an_application_acl_user_is_checked_with_what_it_may_run() {
+    let Some(server) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let mut admin = support::redis_conn(&server.url(None, 0));
+    for (user, rules) in [
+        ("app", &["+@all", "-@dangerous"][..]),
+        ("nohash", &["+@all", "-@dangerous", "-hlen"][..]),
+        ("nolist", &["+@all", "-@dangerous", "-llen"][..]),
+    ] {
+        redis::cmd("ACL")
+            .arg(&["SETUSER", user, "on", ">s3cret", "~*", "&*"][..])
+            .arg(rules)
+            .query::<()>(&mut admin)
+            .unwrap();
+    }
+    redis::cmd("RPUSH")
+        .arg(&["default", "m1", "m2"][..])
+        .query::<()>(&mut admin)
+        .unwrap();
+    redis::cmd("HSET")
+        .arg(&["unacked", "tag", "m0"][..])
+        .query::<()>(&mut admin)
+        .unwrap();
+    let as_user = |user: &str| {
+        server
+            .url(None, 0)
+            .replacen("redis://", &format!("redis://{user}:s3cret@"), 1)
+    };
+
+    let (health, probe) = poll(&check(&as_user("app"), &["default"])).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    let broker = &probe.brokers[0];
+    assert_eq!(broker.queues[0].messages, Some(2), "{probe:?}");
+    assert_eq!(
+        broker.delivered,
+        Some(1),
+        "HLEN is no @dangerous command: {probe:?}"
+    );
+    assert_eq!(broker.started_at, None, "INFO refused: {probe:?}");
+
+    let (health, probe) = poll(&check(&as_user("nohash"), &["default"])).await;
+    assert_eq!(health, ExecutorHealth::Healthy, "{probe:?}");
+    assert_eq!(probe.brokers[0].queues[0].messages, Some(2), "{probe:?}");
+    assert_eq!(probe.brokers[0].delivered, None, "HLEN refused: {probe:?}");
+
+    let (health, probe) = poll(&check(&as_user("nolist"), &["default"])).await;
+    assert_eq!(health.as_str(), "unhealthy", "{probe:?}");
+    let reason = health.reason().unwrap_or_default();
+    assert!(reason.contains("NOPERM"), "{reason}");
+    assert!(!reason.contains("s3cret"), "{reason}");
+}
