@@ -35,6 +35,9 @@
 //! canary waiting in `queued`). The card shows per queue the latest canary's
 //! state, its pickup latency and last success, and the wait, read from the
 //! plugin's `overseer-card/canary` under the prefix, on the page's origin.
+//! Those runs moved 20 minutes back (the latest 25 minutes old, every 5), the
+//! card says on each queue that the canary has not run for 25 minutes, in red;
+//! moved forward again, it says so no more.
 //!
 //! Waits are loops with generous deadlines (the card reads every 5 s; Overseer
 //! polls every second); nothing about speed is asserted. Needs the Airflow venv,
@@ -83,12 +86,15 @@ const [, y, mo, d, h, mi, s] = found.map(Number);
 const at = new Date(y, mo - 1, d, h, mi, s).getTime();
 return [Math.abs(Date.now() - at) < 60000, found[0]];"#;
 
-/// The card's canary rows: `queue -> [state, text, pickup]`.
+/// The card's canary rows: `queue -> [state, text, pickup, the colour of a
+/// canary that stopped running, or '']`.
 const CANARY: &str = "\
 const rows = {};
 for (const row of document.querySelectorAll('[data-testid=\"overseer-canary-queue\"]')) {
   const pickup = row.querySelector('[data-testid=\"overseer-canary-pickup\"]');
-  rows[row.dataset.queue] = [row.dataset.state, row.innerText, pickup ? pickup.innerText : ''];
+  const silent = row.querySelector('[data-testid=\"overseer-canary-silent\"]');
+  rows[row.dataset.queue] = [row.dataset.state, row.innerText, pickup ? pickup.innerText : '',
+    silent ? getComputedStyle(silent).color : ''];
 }
 return rows;";
 
@@ -249,6 +255,37 @@ async fn the_home_page_card_follows_the_broker() {
     assert_eq!(gpu[2], "picked up in 250 ms", "{canary}");
     assert!(text(gpu).contains("waiting in queued for "), "{canary}");
     assert!(text(gpu).contains("last success "), "{canary}");
+    assert_eq!(default[3], "", "a canary that runs is no fault: {canary}");
+    // The canary stops running (its runs moved 20 minutes back: the latest
+    // 25 minutes old, every 5): its age, on every queue, in red.
+    db.execute_script(
+        "UPDATE dag_run SET logical_date = logical_date - interval '20 minutes' \
+         WHERE dag_id = 'overseer_canary'",
+    )
+    .await;
+    let silent = canary_until(&driver, "the card: the canary's silence", |c| {
+        c["default"][3] != "" && c["gpu"][3] != ""
+    });
+    for queue in ["default", "gpu"] {
+        let row = &silent[queue];
+        assert!(
+            text(row).contains("not run for 25 min (every 5 min)")
+                || text(row).contains("not run for 26 min (every 5 min)"),
+            "{silent}"
+        );
+        assert_eq!(
+            row[3], "rgb(220, 38, 38)",
+            "in the fault's colour: {silent}"
+        );
+    }
+    db.execute_script(
+        "UPDATE dag_run SET logical_date = logical_date + interval '20 minutes' \
+         WHERE dag_id = 'overseer_canary'",
+    )
+    .await;
+    canary_until(&driver, "the card: the canary running again", |c| {
+        c["default"][3] == "" && c["gpu"][3] == ""
+    });
     // Same origin, under the prefix: the bundle and the reads of the endpoint
     // and of the canary's facts.
     let fetched = driver

@@ -84,6 +84,8 @@ EXPECTED = {
     "dag_id": "overseer_canary",
     "runs_read": 3,
     "read_at": "2026-12-02T10:10:40+00:00",
+    "every_seconds": 300.0,
+    "silent_seconds": None,
     "queues": [
         {
             "queue": "default",
@@ -151,6 +153,16 @@ class OnSqlite(unittest.TestCase):
     def test_each_queue_its_latest_state_pickup_success_and_wait(self) -> None:
         self.fill()
         self.assertEqual(facts(self.read(), NOW), EXPECTED)
+
+    def test_a_canary_that_stopped_running_says_for_how_long(self) -> None:
+        # The latest run at 10:10, every 5 minutes: at 10:24:59 two runs are
+        # late but not three periods; at 10:25 the canary is silent.
+        self.fill()
+        tasks = self.read()
+        almost = datetime(2026, 12, 2, 10, 24, 59, tzinfo=timezone.utc)
+        self.assertIsNone(facts(tasks, almost)["silent_seconds"])
+        silent = facts(tasks, datetime(2026, 12, 2, 10, 25, tzinfo=timezone.utc))
+        self.assertEqual((silent["every_seconds"], silent["silent_seconds"]), (300.0, 900.0))
 
     def test_no_canary_no_queues(self) -> None:
         with sqlite3.connect(self.path) as db:

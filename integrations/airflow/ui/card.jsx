@@ -139,14 +139,24 @@ function Instance({ instance: i, age }) {
 /** One queue's canary: its name, its latest state, and the facts known. */
 function CanaryQueue({ queue: q }) {
   return (
-    <li data-testid="overseer-canary-queue" data-queue={q.queue} data-state={q.state} style={styles.canaryRow}>
+    <li
+      data-testid="overseer-canary-queue"
+      data-queue={q.queue}
+      data-state={q.state}
+      data-silent={q.silent ? "true" : undefined}
+      style={styles.canaryRow}
+    >
       <div>
         <span style={styles.name}>{q.queue}</span>{" "}
         <span style={styles.where}>
           {q.facts.map((f) => (
             <Fragment key={f.id}>
               {" · "}
-              <span data-testid={`overseer-canary-${f.id}`} title={f.title}>
+              <span
+                data-testid={`overseer-canary-${f.id}`}
+                title={f.title}
+                style={f.fault ? { color: colour("unhealthy"), fontWeight: 600 } : undefined}
+              >
                 {f.text}
               </span>
             </Fragment>

@@ -221,12 +221,18 @@ export function latency(seconds) {
  * long, the pickup latency of the latest canary a worker started, when the
  * latest success ended (its age at the read, by the server's clock, as the
  * wait is). No verdict: Overseer's reaches the card through the entry's reasons.
+ * One fact is a fault, marked `fault` for the card to colour: a canary that
+ * stopped running (`silent_seconds`, its latest run three periods old), said
+ * beside the last success, which would otherwise read as all is well.
  * No queue (the canary not installed, or never run): an empty list.
  */
 export function canaryView(body) {
   const queues = Array.isArray(body?.queues) ? body.queues : [];
   const readAt = Date.parse(body?.read_at ?? "");
   const runs = Number.isInteger(body?.runs_read) ? body.runs_read : null;
+  const silent = Number.isFinite(body?.silent_seconds) && Number.isFinite(body?.every_seconds)
+    ? `not run for ${duration(body.silent_seconds * 1000)} (every ${duration(body.every_seconds * 1000)})`
+    : null;
   return queues.map((q) => {
     const facts = [];
     if (Number.isFinite(q.waiting_seconds)) {
@@ -248,6 +254,7 @@ export function canaryView(body) {
     } else {
       facts.push({ id: "success", text: runs ? `no success in its latest ${runs} runs` : "no success read" });
     }
-    return { key: q.queue ?? "", queue: q.queue ?? "", state: q.state ?? "no state yet", facts };
+    if (silent) facts.push({ id: "silent", text: silent, fault: true });
+    return { key: q.queue ?? "", queue: q.queue ?? "", state: q.state ?? "no state yet", facts, silent: !!silent };
   });
 }

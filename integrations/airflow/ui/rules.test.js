@@ -251,6 +251,26 @@ test("the canary per queue: its state, a wait, the pickup and the last success, 
   assert.deepEqual(gpu.facts.map((f) => f.text), ["no success in its latest 3 runs"]);
 });
 
+test("a canary that stopped running says for how long, as a fault, on every queue", () => {
+  const body = {
+    read_at: "2026-12-02T10:25:00+00:00",
+    runs_read: 3,
+    every_seconds: 60,
+    silent_seconds: 360,
+    queues: [
+      { queue: "default", state: "success", last_success: "2026-12-02T10:19:01+00:00" },
+      { queue: "gpu", state: "success", last_success: "2026-12-02T10:19:02+00:00" },
+    ],
+  };
+  for (const q of canaryView(body)) {
+    assert.equal(q.silent, true, q.queue);
+    const fault = q.facts.filter((f) => f.fault);
+    assert.deepEqual(fault.map((f) => [f.id, f.text]), [["silent", "not run for 6 min (every 1 min)"]]);
+  }
+  const running = canaryView({ ...body, silent_seconds: null });
+  assert.ok(running.every((q) => !q.silent && !q.facts.some((f) => f.fault)));
+});
+
 test("no canary, nothing to show", () => {
   for (const body of [{ queues: [] }, {}, null, { queues: "x" }]) assert.deepEqual(canaryView(body), []);
 });

@@ -12,6 +12,12 @@ this module only says what the rows say, for each queue the canary ran on:
 - ``waiting_since`` and ``waiting_seconds``: a canary in ``queued`` that no
   worker has started, the oldest such, and how long it has waited at the read.
 
+And for the DAG: ``every_seconds``, its period (the step between its two
+latest runs, as Overseer measures it), and ``silent_seconds``, the age of its
+latest run once that is three periods or more (two runs missed: the scheduler
+is not making them), else ``null``: the card shows that age as a fault, never
+a green "last success" by silence.
+
 One statement, :data:`QUERY`, the one Overseer reads the canary with: the task
 instances of the canary's latest :data:`RUNS_READ` scheduled runs, the runs
 found by the backward scan of Airflow's unique ``(dag_id, logical_date)`` index
@@ -109,12 +115,32 @@ def facts(tasks: Iterable[Task], now: datetime) -> dict[str, Any]:
     oldest = datetime.min.replace(tzinfo=now.tzinfo)
     for t in sorted(tasks, key=lambda t: t.logical_date or oldest, reverse=True):
         by_queue.setdefault(t.queue, []).append(t)
+    every, silent = silence(tasks_dates(by_queue), now)
     return {
         "dag_id": DAG_ID,
         "runs_read": RUNS_READ,
         "read_at": timestamp(now),
+        "every_seconds": every,
+        "silent_seconds": silent,
         "queues": [on_queue(q, by_queue[q], now) for q in sorted(by_queue)],
     }
+
+
+def tasks_dates(by_queue: dict[str, list[Task]]) -> list[datetime]:
+    """The runs' logical dates, newest first, each once."""
+    dates = {t.logical_date for tasks in by_queue.values() for t in tasks if t.logical_date}
+    return sorted(dates, reverse=True)
+
+
+def silence(newest_first: list[datetime], now: datetime) -> tuple[float | None, float | None]:
+    """The canary's period (the step between its two latest runs) and, when its
+    latest run is three periods old or more, that age: Overseer's own rule
+    (``Canary::silent``). Fewer than two runs: neither is known."""
+    if len(newest_first) < 2 or newest_first[0] <= newest_first[1]:
+        return None, None
+    every = _seconds(newest_first[1], newest_first[0])
+    age = _seconds(newest_first[0], now)
+    return every, (age if age >= 3 * every else None)
 
 
 def read_tasks(session: Any) -> list[Task]:

@@ -39,9 +39,9 @@ def dashboard_url(conf: Config) -> str | None:
     """Overseer's dashboard URL from ``[overseer] url``, or ``None`` (with a
     warning saying why) when it is unset or not an ``http(s)://`` URL.
 
-    There is no default: the URL is opened by the browser, not by Airflow, and
-    ``http://localhost:8080/``, Overseer's own default address, is also Airflow's
-    api-server's, so a default would most likely frame Airflow inside itself.
+    There is no default: the URL is opened by the user's browser, not by
+    Airflow, and the browser's ``localhost`` is rarely the host Overseer runs
+    on (its own default address is ``127.0.0.1:8781``).
     """
     url = (conf.get(SECTION, OPTION, fallback="") or "").strip()
     if not url:
