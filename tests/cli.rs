@@ -236,7 +236,7 @@ fn an_unreachable_database_fails_with_exit_1_and_no_password() {
             "OVERSEER_DATABASE__URL",
             "postgres://airflow:hunter2@127.0.0.1:1/airflow",
         )
-        // A free port, never the README's 8080, which a newcomer's serve may hold.
+        // A free port, never the README's 8781, which a newcomer's serve may hold.
         .args(["serve", "--bind", "127.0.0.1:0"]));
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let last = out.stderr.lines().last().unwrap_or_default();

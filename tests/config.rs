@@ -500,7 +500,7 @@ fn defaults_are_the_embedded_sqlite_and_airflows_thresholds() {
         config["database"]["url"].as_str(),
         Some("sqlite://overseer.db?mode=rwc")
     );
-    assert_eq!(config["api"]["bind"].as_str(), Some("127.0.0.1:8080"));
+    assert_eq!(config["api"]["bind"].as_str(), Some("127.0.0.1:8781"));
     let supervisor = &config["supervisor"];
     assert_eq!(supervisor["poll_interval"].as_str(), Some("10s"));
     assert_eq!(supervisor["poll_timeout"].as_str(), Some("5s"));
@@ -1048,7 +1048,7 @@ fn an_airflow_cfg_that_sets_nothing_means_airflows_defaults() {
     std::fs::remove_file(&toml).unwrap();
 
     // Where Airflow has not made its database yet, serve says so and stops
-    // (on a port of its own: the README's serve may hold 8080 meanwhile).
+    // (on a port of its own: the README's serve may hold 8781 meanwhile).
     let out = run(overseer(dir.path()).env("AIRFLOW_HOME", &home).args([
         "serve",
         "--bind",

@@ -4,8 +4,8 @@
 //! CI runs. So the README cannot drift from the truth.
 //!
 //! The run command is run word for word, on a free port given through the
-//! environment (`OVERSEER_API__BIND`), never on the README's 8080: a newcomer
-//! runs the tests while their own `serve` holds 8080, and CI does the same
+//! environment (`OVERSEER_API__BIND`), never on the README's 8781: a newcomer
+//! runs the tests while their own `serve` holds 8781, and CI does the same
 //! (`.ci/run` runs the test command beside the README's `serve`).
 
 use std::process::{Command, Stdio};

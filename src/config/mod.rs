@@ -55,7 +55,7 @@ pub use executor::{
 /// The embedded default database: a SQLite file in the working folder, created if missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://overseer.db?mode=rwc";
 /// Where the HTTP API listens by default: loopback only.
-pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+pub const DEFAULT_BIND: &str = "127.0.0.1:8781";
 /// The file read when no `--config` or `OVERSEER_CONFIG` names one.
 pub const DEFAULT_CONFIG_FILE: &str = "overseer.toml";
 /// The prefix of Overseer's own environment variables (`OVERSEER_API__BIND`, ...).
@@ -413,6 +413,22 @@ mod tests {
         assert_eq!(
             through_figment.database.url.expose_secret(),
             DEFAULT_DATABASE_URL
+        );
+    }
+
+    /// Overseer runs on the hosts Airflow's components run on: its default
+    /// port is none of theirs, so `serve` starts beside them with no setting.
+    #[test]
+    fn the_default_port_is_no_airflow_component_s() {
+        let port: u16 = DEFAULT_BIND.rsplit(':').next().unwrap().parse().unwrap();
+        // The api-server (and Airflow 2's webserver), the workers' and the
+        // triggerer's log servers, Flower, the statsd exporter.
+        for taken in [8080, 8793, 8794, 5555, 9102] {
+            assert_ne!(port, taken, "{DEFAULT_BIND}");
+        }
+        assert!(
+            DEFAULT_BIND.starts_with("127.0.0.1:"),
+            "loopback by default"
         );
     }
 }
