@@ -132,7 +132,9 @@ impl BackendProbe {
                     .map_err(|e| scrub(&e))?;
             }
             (ResultBackend::Database { url, .. }, slot) => {
-                let mut options = sea_orm::ConnectOptions::new(url.expose_secret());
+                let mut options = sea_orm::ConnectOptions::new(overseer_core::connect::named(
+                    url.expose_secret(),
+                ));
                 options
                     .max_connections(1)
                     .min_connections(0)

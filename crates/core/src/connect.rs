@@ -64,11 +64,33 @@ pub const MAX_CONNECTIONS: u32 = 4;
 /// executors, with the same flush times.
 pub const SQLITE_MAX_CONNECTIONS: u32 = 2;
 
+/// The name Overseer's connections carry on Postgres (`application_name`,
+/// in `pg_stat_activity` and the server's logs), so that a DBA tells them from
+/// Airflow's own on a shared metadata database.
+pub const APPLICATION_NAME: &str = "overseer";
+
+/// `url` naming its connections [`APPLICATION_NAME`] on Postgres, unless it
+/// names them itself (`?application_name=...`). Other databases' URLs as
+/// they are: sqlx sends MySQL no connection attributes to carry a name.
+pub fn named(url: &str) -> String {
+    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    let named = query
+        .split('&')
+        .any(|pair| pair.split('=').next() == Some("application_name"));
+    if !postgres || named {
+        return url.to_owned();
+    }
+    let join = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{join}application_name={APPLICATION_NAME}")
+}
+
 /// The pool options for `url` (which carries its password: call this only where
-/// the connection is made). sqlx's own statement logging is off: Overseer logs
-/// what a statement was for, and sqlx would log every heartbeat.
+/// the connection is made), its connections [`named`]. sqlx's own statement
+/// logging is off: Overseer logs what a statement was for, and sqlx would log
+/// every heartbeat.
 pub fn options(url: &str) -> ConnectOptions {
-    let mut options = ConnectOptions::new(url.to_owned());
+    let mut options = ConnectOptions::new(named(url));
     let max_connections = if url.starts_with("sqlite:") {
         SQLITE_MAX_CONNECTIONS
     } else {
@@ -80,4 +102,34 @@ pub fn options(url: &str) -> ConnectOptions {
         .max_connections(max_connections)
         .sqlx_logging(false);
     options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_connections_are_named_unless_the_url_names_them() {
+        for (url, named_as) in [
+            (
+                "postgres://a@h/db",
+                "postgres://a@h/db?application_name=overseer",
+            ),
+            (
+                "postgresql://a@h/db?sslmode=require",
+                "postgresql://a@h/db?sslmode=require&application_name=overseer",
+            ),
+            (
+                "postgres://a@h/db?application_name=mine",
+                "postgres://a@h/db?application_name=mine",
+            ),
+            ("mysql://root@h/db", "mysql://root@h/db"),
+            (
+                "sqlite://./overseer.db?mode=rwc",
+                "sqlite://./overseer.db?mode=rwc",
+            ),
+        ] {
+            assert_eq!(named(url), named_as, "{url}");
+        }
+    }
 }

@@ -6,6 +6,7 @@ mod support;
 
 mod alarm;
 mod canary;
+mod connect;
 mod cost;
 mod entry_cases;
 mod evidence;
