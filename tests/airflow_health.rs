@@ -6,8 +6,8 @@
 //! Postgres database: the plugin pip-installed for a real Airflow 3.3.2 (its
 //! Python unit tests run against the install), `airflow db migrate`, the
 //! api-server started, then:
-//! 1. **before Overseer's migration**: the entry is `unknown`, its reason names
-//!    the missing column; Airflow's other entries are there, the body parses
+//! 1. **before Overseer's migration**: the entry is `unknown`, its reason says
+//!    the migration has not run, naming the missing column; Airflow's other entries are there, the body parses
 //!    with Airflow's own `HealthInfoResponse`; `/api/v2/plugins` lists the root
 //!    middleware beside the navigation entry.
 //! 2. **no row**: after `overseer migrate`, `unhealthy`, "Overseer is not running".
@@ -131,8 +131,8 @@ async fn airflows_endpoint_agrees_with_overseers() {
     assert_eq!(entry["status"], "unknown", "{body}");
     let reason = entry["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.starts_with("the job table could not be read: ")
-            && reason.contains("executor_health"),
+        reason.starts_with("Overseer's migration has not run on this database: the job table has no ")
+            && reason.contains("run `overseer migrate`"),
         "{reason}"
     );
     only_appended(&body, &entry);

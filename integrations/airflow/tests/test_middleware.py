@@ -155,6 +155,32 @@ class Middleware(unittest.TestCase):
             "postgresql://airflow:***@db:5432/airflow",
         )
 
+    def test_before_overseers_migration_the_entry_says_so_and_it_is_logged_once(self) -> None:
+        class ProgrammingError(Exception):
+            pass
+
+        # As each database says a column is missing.
+        for said in [
+            'column job.executor_health does not exist\nLINE 1: SELECT job.id, ...',
+            "no such column: job.executor_instance",
+            "(1054, \"Unknown column 'job.executor_health_reason' in 'field list'\")",
+        ]:
+
+            def fails(said: str = said) -> list[Row]:
+                raise ProgrammingError(said)
+
+            client = TestClient(app(fails, refresh=timedelta(0)))
+            with self.assertLogs("overseer_airflow.middleware", level="INFO") as logs:
+                for _ in range(5):
+                    body = client.get("/api/v2/monitor/health").json()
+            self.assertEqual(body["executor"]["status"], "unknown")
+            self.assertTrue(
+                body["executor"]["reason"].startswith("Overseer's migration has not run on this database: "),
+                body["executor"]["reason"],
+            )
+            self.assertIn("run `overseer migrate`", body["executor"]["reason"])
+            self.assertEqual(len(logs.records), 1, [r.getMessage() for r in logs.records])
+
     def test_a_read_slower_than_the_timeout_is_unknown(self) -> None:
         original = middleware.READ_TIMEOUT
         middleware.READ_TIMEOUT = 0.05

@@ -148,6 +148,32 @@ def describe(error: BaseException) -> str:
     return f"{type(cause).__name__}: {redact(lines[0]) if lines else ''}".rstrip(": ")
 
 
+#: The columns Overseer's migration adds to Airflow's ``job`` table.
+OVERSEER_COLUMNS = (
+    "executor_health_checked_at",
+    "executor_health_reason",
+    "executor_instance",
+    "executor_health",
+)
+
+
+def unreadable_because(error: BaseException) -> str:
+    """Why the ``job`` table could not be read, in one line: the migration
+    that has not run, when the database says one of Overseer's columns is
+    missing (Postgres ``column job.executor_health does not exist``, SQLite
+    ``no such column``, MySQL ``Unknown column``), else the error itself."""
+    why = describe(error)
+    lower = why.lower()
+    missing = ("does not exist", "no such column", "unknown column")
+    column = next((c for c in OVERSEER_COLUMNS if c in lower), None)
+    if column and any(m in lower for m in missing):
+        return (
+            f"Overseer's migration has not run on this database: the job table has no {column} "
+            "column (run `overseer migrate`, or start `overseer serve`, on Airflow's database)"
+        )
+    return f"the job table could not be read: {why}"
+
+
 def encode(entry: dict[str, Any]) -> bytes:
     """The entry as JSON, as Starlette's ``JSONResponse`` writes JSON."""
     return json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
@@ -282,6 +308,9 @@ class ExecutorHealthMiddleware:
         #: ``time.monotonic()`` before its read began): it serves the requests
         #: whose answers are complete within ``refresh`` of that.
         self._latest: tuple[float, bytes] | None = None
+        #: Why the latest read failed, once warned: the same failure again is
+        #: not logged again (a probe asks every few seconds), a new one is.
+        self._warned: str | None = None
 
     async def __call__(self, scope: Message, receive: Any, send: Send) -> None:
         if (
@@ -321,13 +350,22 @@ class ExecutorHealthMiddleware:
         try:
             rows = await asyncio.wait_for(self.reads.rows(), READ_TIMEOUT)
         except asyncio.TimeoutError:
-            log.warning("Overseer: the job table did not answer within %gs", READ_TIMEOUT)
-            return unreadable_entry(f"the job table did not answer within {READ_TIMEOUT:g}s"), False
+            return self._unreadable(f"the job table did not answer within {READ_TIMEOUT:g}s"), False
         except Exception as e:  # noqa: BLE001 - any database error is an unknown entry
-            why = describe(e)
-            log.warning("Overseer: the job table could not be read: %s", why)
-            return unreadable_entry(f"the job table could not be read: {why}"), False
+            return self._unreadable(unreadable_because(e)), False
+        if self._warned is not None:
+            log.info("Overseer: the job table is read again")
+            self._warned = None
         return executor_entry(rows, self.threshold, datetime.now(timezone.utc)), True
+
+    def _unreadable(self, why: str) -> dict[str, Any]:
+        """The entry saying ``why``; warned once for as long as it lasts."""
+        if why != self._warned:
+            log.warning("Overseer: %s", why)
+            self._warned = why
+        else:
+            log.debug("Overseer: %s", why)
+        return unreadable_entry(why)
 
 
 class Reply:
