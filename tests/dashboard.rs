@@ -281,8 +281,11 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
                     {"name": "default", "broker": "redis://b:6379/0", "depth": 0, "consumers": 0},
                 ],
                 "workers": [
-                    {"name": "celery@w1", "queues": ["default", "reports"],
+                    {"name": "celery@w0", "queues": ["default"], "state": "offline",
+                     "concurrency": 16, "free_concurrency": 15},
+                    {"name": "celery@w1", "queues": ["default", "reports"], "state": "online",
                      "concurrency": 16, "free_concurrency": 0},
+                    {"name": "celery@w3", "queues": ["default"], "state": "gone"},
                     {"name": "celery@w2", "queues": null},
                 ],
                 "queued_tasks": {"count": 5, "oldest_seconds": 840, "queues": [
@@ -314,6 +317,7 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
             text: document.getElementById('card-executor').innerText,
             queues: items.map((i) => cells(i, 'table.queues tbody tr')),
             workers: items.map((i) => [...i.querySelectorAll('ul.workers li, div.workers')].map((w) => w.innerText)),
+            stopped: items.map((i) => [...i.querySelectorAll('ul.workers li.stopped')].map((w) => w.dataset.worker)),
             queued: items.map((i) => [...i.querySelectorAll('div.queued')].map((q) => q.innerText)),
             queued_queues: items.map((i) => cells(i, 'table.queued-queues tbody tr')),
             evidence: items.map((i) => i.querySelectorAll('.evidence').length),
@@ -346,12 +350,17 @@ async fn the_executor_card_words_every_part_of_the_evidence_and_never_says_null(
         json!([
             [
                 "celery@w1: default, reports · 16 of 16 slots taken",
-                "celery@w2: queues not known"
+                "celery@w2: queues not known",
+                "celery@w3: default · gone",
+                "celery@w0: default · offline"
             ],
             ["not known (workers are not pinged)"],
             [],
         ])
     );
+    // Those taking work first; a stopped worker last, greyed, its last count
+    // no slot taken.
+    assert_eq!(seen["stopped"], json!([["celery@w0"], [], []]));
     assert_eq!(
         seen["queued"],
         json!([
