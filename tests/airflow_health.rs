@@ -131,8 +131,9 @@ async fn airflows_endpoint_agrees_with_overseers() {
     assert_eq!(entry["status"], "unknown", "{body}");
     let reason = entry["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.starts_with("Overseer's migration has not run on this database: the job table has no ")
-            && reason.contains("run `overseer migrate`"),
+        reason.starts_with(
+            "Overseer's migration has not run on this database: the job table has no "
+        ) && reason.contains("run `overseer migrate`"),
         "{reason}"
     );
     only_appended(&body, &entry);

@@ -197,7 +197,7 @@ async fn stranded_work_is_named_beside_a_real_airflow_on_the_defaults() {
     eprintln!("stranded: reasons until requeued: {reasons:#?}");
     assert_eq!(
         reasons,
-        [lost_reason.clone()],
+        std::slice::from_ref(&lost_reason),
         "one fault, one reason, until healthy"
     );
     assert!(seen_airflow, "Airflow's endpoint never gave the lost work");
