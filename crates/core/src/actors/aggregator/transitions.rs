@@ -119,7 +119,8 @@ impl HistoryRead {
 
 impl Aggregator {
     /// Queues a transition when the row's verdict, made by this aggregator,
-    /// holds another state than the one the history knows.
+    /// holds another state than the one the history knows, or gives a new
+    /// cause while it stays `unhealthy`.
     pub(super) fn note_state(&mut self, index: usize) {
         let hostname = self.session.hostname.clone();
         let own = &mut self.own[index];
@@ -129,30 +130,16 @@ impl Aggregator {
         let health = own.health();
         let current = ExecutorHealthKind::of(health);
         let reason = health.reason().map(str::to_owned);
-        if current == before {
-            // A new cause while the row stays `unhealthy`: kept in the history
-            // as a row of its own (from `unhealthy` to `unhealthy`), which
-            // begins no span: `since`, `previous` and the cost stay the span's.
-            if current != ExecutorHealthKind::Unhealthy
-                || reason.is_none()
-                || own.reason_in_history == reason
-            {
-                return;
-            }
-            own.reason_in_history.clone_from(&reason);
-            let transition = Transition {
-                executor: own.row.executor_class.clone().unwrap_or_default(),
-                instance: own.row.executor_instance.clone(),
-                hostname,
-                from: before,
-                to: current,
-                reason,
-                at,
-                cost: None,
-            };
-            self.queue(transition, None);
+        // A new cause while the row stays `unhealthy` is kept in the history
+        // as a row of its own (from `unhealthy` to `unhealthy`), which begins
+        // no span: `since`, `previous` and the cost stay the span's.
+        let new_cause = current == ExecutorHealthKind::Unhealthy
+            && reason.is_some()
+            && own.reason_in_history != reason;
+        if current == before && !new_cause {
             return;
         }
+        own.reason_in_history.clone_from(&reason);
         let transition = Transition {
             executor: own.row.executor_class.clone().unwrap_or_default(),
             instance: own.row.executor_instance.clone(),
@@ -163,6 +150,10 @@ impl Aggregator {
             at,
             cost: None,
         };
+        if current == before {
+            self.queue(transition, None);
+            return;
+        }
         // The end of an `unhealthy` span whose start is known: the flush
         // counts what it cost.
         let span = (before == ExecutorHealthKind::Unhealthy)
@@ -175,7 +166,6 @@ impl Aggregator {
         own.in_history = Some(current);
         own.previous = Some(before);
         own.since = Some(at);
-        own.reason_in_history = transition.reason.clone();
         self.queue(transition, span);
     }
 
