@@ -41,11 +41,9 @@
 
 use crate::support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::airflow::CLI_DEADLINE;
 use support::airflow_run::{Run, Setup, first_executor, get, reason_of, try_get_json};
 use support::procs::Timings;
 
@@ -106,21 +104,10 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         venv,
         &db.url,
     );
-    // The plugin's package on the path, copied (Python writes its bytecode
-    // beside the sources: the clone is left as it was).
-    let site = run.dir().join("plugin-src");
-    support::airflow::copy_tree(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src"),
-        &site,
-    );
-    run.env("PYTHONPATH", site);
+    run.plugin_on_path();
     run.env("AIRFLOW__OVERSEER__CANARY_EVERY", CANARY_EVERY);
     run.env("AIRFLOW__CORE__PARALLELISM", PARALLELISM);
-    let broker_port = overseer_testkit::throwaway::free_port();
-    run.env(
-        "AIRFLOW__CELERY__BROKER_URL",
-        format!("redis://127.0.0.1:{broker_port}/0"),
-    );
+    let broker_port = run.redis_broker();
     run.overseer_env("OVERSEER_SUPERVISOR__POLL_INTERVAL", "2s");
     run.overseer_env(
         "OVERSEER_EXECUTORS",
@@ -130,12 +117,7 @@ async fn the_canary_proves_work_flows_through_each_queue() {
         ),
     );
     eprintln!("canary: run folder {}", run.dir().display());
-    let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
-    assert!(
-        migrate.status.success(),
-        "overseer migrate:\n{}",
-        migrate.log
-    );
+    run.migrate_overseer();
 
     run.start("redis", run.redis_server(broker_port));
     run.start("scheduler", run.airflow(&["scheduler"]));

@@ -160,8 +160,8 @@ async fn overseer_beside_a_real_airflow_reports_what_airflow_cannot() {
         venv,
         &db.url,
     );
-    let broker_port = overseer_testkit::throwaway::free_port();
-    configure(&mut run, broker_port);
+    let broker_port = run.redis_broker();
+    configure(&mut run);
     eprintln!("interop: run folder {}", run.dir().display());
 
     // 2. migrate
@@ -237,12 +237,7 @@ async fn migrate(run: &mut Run, db: &TestDb, timings: &mut Timings) {
     explain_the_queued_query(db).await;
     timings.add("EXPLAIN the queued-task query", started.elapsed());
     let started = Instant::now();
-    let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
-    assert!(
-        migrate.status.success(),
-        "overseer migrate failed:\n{}",
-        migrate.log
-    );
+    run.migrate_overseer();
     timings.add("overseer migrate", started.elapsed());
     let columns = db.column_names("job").await;
     for column in [
@@ -812,14 +807,9 @@ fn airflow_venv(timings: &mut Timings) -> Option<PathBuf> {
     Some(venv)
 }
 
-/// The Celery executor's broker (the test's own Redis on `broker_port`), and Overseer's
-/// supervisor, quick, with the Celery executor's [`MAX_QUEUED_AGE`] beside Airflow's
-/// variables (which still give this executor its broker).
-fn configure(run: &mut Run, broker_port: u16) {
-    run.env(
-        "AIRFLOW__CELERY__BROKER_URL",
-        format!("redis://127.0.0.1:{broker_port}/0"),
-    );
+/// Overseer's supervisor, quick, with the Celery executor's [`MAX_QUEUED_AGE`] beside
+/// Airflow's variables (which give this executor its broker: [`Run::redis_broker`]).
+fn configure(run: &mut Run) {
     for (key, value) in [
         ("OVERSEER_SUPERVISOR__POLL_INTERVAL", POLL_INTERVAL),
         ("OVERSEER_SUPERVISOR__POLL_TIMEOUT", POLL_TIMEOUT),

@@ -245,6 +245,44 @@ impl Run {
             .find(|p| named(&p.name) && !p.reaped)
     }
 
+    /// The plugin's package on every command's `PYTHONPATH`, as an installed
+    /// plugin puts it there: copied into the run's folder (Python writes its
+    /// bytecode beside the sources; the clone is left as it was).
+    pub fn plugin_on_path(&mut self) {
+        let site = self.dir().join("plugin-src");
+        super::airflow::copy_tree(
+            &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src"),
+            &site,
+        );
+        self.env("PYTHONPATH", site);
+    }
+
+    /// A free loopback port for the run's Redis broker, named to Airflow (and
+    /// so to Overseer) as `[celery] broker_url`; start it with
+    /// [`Run::redis_server`].
+    pub fn redis_broker(&mut self) -> u16 {
+        let port = overseer_testkit::throwaway::free_port();
+        self.env(
+            "AIRFLOW__CELERY__BROKER_URL",
+            format!("redis://127.0.0.1:{port}/0"),
+        );
+        port
+    }
+
+    /// `overseer migrate` on the run's database, which must succeed.
+    pub fn migrate_overseer(&mut self) {
+        let migrate = self.finish(
+            self.overseer(&["migrate"]),
+            "overseer-migrate",
+            super::airflow::CLI_DEADLINE,
+        );
+        assert!(
+            migrate.status.success(),
+            "overseer migrate failed:\n{}",
+            migrate.log
+        );
+    }
+
     /// `airflow ARGS` to its end, which must succeed (its log as
     /// `airflow-<first two args>`).
     pub fn airflow_cli(&mut self, args: &[&str]) {
