@@ -35,11 +35,9 @@
 
 use crate::support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::airflow::CLI_DEADLINE;
 use support::airflow_run::{Run, Setup, first_executor, reason_of};
 use support::procs::Timings;
 
@@ -100,17 +98,11 @@ async fn stranded_work_is_named_beside_a_real_airflow_on_the_defaults() {
         venv,
         &db.url,
     );
-    // The plugin's package on the path, copied (Python writes its bytecode
-    // beside the sources), and the plugins folder's one line.
-    let site = run.dir().join("plugin-src");
-    support::airflow::copy_tree(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("integrations/airflow/src"),
-        &site,
-    );
+    // The plugin's package on the path, and the plugins folder's one line.
+    run.plugin_on_path();
     let plugins = run.dir().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::write(plugins.join("overseer_plugin.py"), PLUGIN_FILE).unwrap();
-    run.env("PYTHONPATH", site);
     run.env("AIRFLOW__CORE__PLUGINS_FOLDER", plugins);
     run.env("AIRFLOW__OVERSEER__CANARY_EVERY", "10s");
     run.env("AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT", "30");
@@ -119,19 +111,10 @@ async fn stranded_work_is_named_beside_a_real_airflow_on_the_defaults() {
         "10",
     );
     run.env("AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL", "5");
-    let broker_port = overseer_testkit::throwaway::free_port();
-    run.env(
-        "AIRFLOW__CELERY__BROKER_URL",
-        format!("redis://127.0.0.1:{broker_port}/0"),
-    );
+    let broker_port = run.redis_broker();
     run.overseer_env("OVERSEER_SUPERVISOR__POLL_INTERVAL", "2s");
     eprintln!("stranded: run folder {}", run.dir().display());
-    let migrate = run.finish(run.overseer(&["migrate"]), "overseer-migrate", CLI_DEADLINE);
-    assert!(
-        migrate.status.success(),
-        "overseer migrate:\n{}",
-        migrate.log
-    );
+    run.migrate_overseer();
 
     run.start("redis", run.redis_server(broker_port));
     run.start("scheduler", run.airflow(&["scheduler"]));
@@ -147,7 +130,8 @@ async fn stranded_work_is_named_beside_a_real_airflow_on_the_defaults() {
     let started = Instant::now();
     run.start_celery_worker("default", "default", &[]);
     run.airflow_cli(&["dags", "trigger", "overseer_work"]);
-    let states = "SELECT state FROM task_instance WHERE dag_id = 'overseer_work' ORDER BY state";
+    // A task instance the scheduler has not looked at yet has no state.
+    let states = "SELECT COALESCE(state, 'none') FROM task_instance WHERE dag_id = 'overseer_work' ORDER BY 1";
     run.wait_for_rows(&db, "one task running, two queued", PHASE, states, |rows| {
         rows == ["queued", "queued", "running"]
     })
@@ -261,7 +245,8 @@ async fn stranded_work_is_named_beside_a_real_airflow_on_the_defaults() {
     // 5. the scheduler killed: the canary by the clock.
     let dags = run.dir().join("dags");
     std::fs::write(dags.join("overseer_canary.py"), CANARY_FILE).unwrap();
-    let runs = "SELECT state FROM dag_run WHERE dag_id = 'overseer_canary' ORDER BY state";
+    let runs =
+        "SELECT COALESCE(state, 'none') FROM dag_run WHERE dag_id = 'overseer_canary' ORDER BY 1";
     run.wait_for_rows(&db, "two canary runs succeeded", PHASE, runs, |rows| {
         rows.iter().filter(|s| *s == "success").count() >= 2
     })
