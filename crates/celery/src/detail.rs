@@ -14,7 +14,7 @@
 
 use chrono::{DateTime, Utc};
 use overseer_core::detail::{BrokerDetail, Detail, EventsDetail, QueueDetail, WorkerDetail};
-use overseer_core::{ExecutorHealth, Observation, reason};
+use overseer_core::{ExecutorHealth, Observation, Reason};
 use serde::Serialize;
 
 /// The outcome of one check of a Celery executor.
@@ -25,7 +25,7 @@ pub struct Probe {
     pub health: ExecutorHealth,
     /// Why: the verdict's reason when `unhealthy`; for `unknown`, which transport is
     /// not checked; for `healthy`, the failover brokers that did not answer, if any.
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// The verdict waits: the brokers answer, but the workers' heartbeats
     /// have not been listened for long enough yet to say whether one is gone
     /// ([`crate::events`]); the verdict held stays meanwhile.
@@ -48,20 +48,19 @@ pub struct Probe {
 impl Probe {
     /// What the executor's actor gets of this probe: its verdict and its
     /// [`Self::detail`], and for a healthy verdict its reason as a note (the
-    /// failover brokers that did not answer). The reason and note were
-    /// sanitised by the verdict; again here, at the check's exit, whatever path
-    /// made them.
+    /// failover brokers that did not answer). Both were cleaned where they
+    /// were made ([`Reason`]).
     pub fn observation(&self) -> Observation {
         let detail = self.detail();
         let note = (self.health == ExecutorHealth::Healthy)
             .then(|| self.reason.clone())
             .flatten();
-        reason::sanitise_observation(Observation {
+        Observation {
             health: self.health.clone(),
             detail: (!detail.is_empty()).then_some(detail),
             note,
             pending: self.pending,
-        })
+        }
     }
 
     /// The evidence for core's rules on work flowing ([`overseer_core::rules`]) and

@@ -43,7 +43,7 @@
 
 use std::time::Duration;
 
-use overseer_core::{ExecutorHealth, duration, reason};
+use overseer_core::{ExecutorHealth, Reason, duration, reason};
 use tokio::time::Instant;
 
 use crate::detail::{BrokerReport, BrokerStatus, WorkerPing};
@@ -104,19 +104,20 @@ pub(crate) struct Workers<'a> {
     pub(crate) passing: bool,
 }
 
-/// The verdict and its reason (for a healthy verdict, its note), sanitised.
-/// `window` is how long the ping waited, for the reason.
+/// The verdict and its reason (for a healthy verdict, its note), each made a
+/// [`Reason`] once. `window` is how long the ping waited, for the reason.
 pub(crate) fn verdict(
     brokers: &[BrokerReport],
     workers: Workers<'_>,
     window: Duration,
     min_workers: u32,
-) -> (ExecutorHealth, Option<String>) {
+) -> (ExecutorHealth, Option<Reason>) {
     let (health, reason) = judge(brokers, workers, window, min_workers);
-    (
-        reason::sanitise_verdict(health),
-        reason.map(|reason| reason::sanitise(&reason)),
-    )
+    let reason = match health.cause() {
+        Some(cause) => Some(cause.clone()),
+        None => reason.map(Reason::from),
+    };
+    (health, reason)
 }
 
 /// The reason when `min_workers` cannot be judged: no ping, and the workers'

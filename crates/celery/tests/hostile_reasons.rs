@@ -22,7 +22,7 @@ async fn unhealthy_reason(url: &str) -> String {
         Some(reason.as_str()),
         "the probe says the same"
     );
-    reason
+    reason.into_string()
 }
 
 fn assert_one_bounded_line(reason: &str) {

@@ -44,7 +44,7 @@ async fn unhealthy_reason(url: &str) -> String {
     match health {
         ExecutorHealth::Unhealthy { reason } => {
             assert_eq!(probe.reason.as_deref(), Some(reason.as_str()));
-            reason
+            reason.into_string()
         }
         other => panic!("{url}: expected unhealthy, got {other:?} ({probe:?})"),
     }

@@ -168,7 +168,7 @@ fn amqp_check(url: &str) -> CeleryCheck {
 }
 
 fn reason(probe: &Probe) -> String {
-    probe.reason.clone().unwrap_or_default()
+    probe.reason.clone().unwrap_or_default().into_string()
 }
 
 #[tokio::test]

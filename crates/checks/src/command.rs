@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use overseer_core::duration::short;
 use overseer_core::secret::Scrubber;
-use overseer_core::{Executor, ExecutorHealth, HealthCheck};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, Reason};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -151,7 +151,7 @@ impl CommandCheck {
         command.process_group(0);
         let mut child = match crate::orphans::spawning(|| command.spawn(), Child::id) {
             Ok(child) => child,
-            Err(e) => return ExecutorHealth::unhealthy(self.cannot_start(&e)),
+            Err(e) => return ExecutorHealth::unhealthy(self.reason(&self.cannot_start(&e))),
         };
         // Declared after `child`, so dropped before it: the group is killed while
         // its leader is still unreaped, and its id cannot have been reused.
@@ -178,18 +178,18 @@ impl CommandCheck {
             }
             Ok(Err(e)) => {
                 self.kill(&mut child, &group).await;
-                ExecutorHealth::unhealthy(format!(
+                ExecutorHealth::unhealthy(self.reason(&format!(
                     "check command {}: cannot wait for it: {e}",
                     self.inner.program
-                ))
+                )))
             }
             Err(_elapsed) => {
                 self.kill(&mut child, &group).await;
-                ExecutorHealth::unhealthy(format!(
+                ExecutorHealth::unhealthy(self.reason(&format!(
                     "check command {} timed out after {}",
                     self.inner.program,
                     short(self.inner.deadline)
-                ))
+                )))
             }
         };
         // What it left in a session of its own (setsid) is ended too.
@@ -208,16 +208,18 @@ impl CommandCheck {
     /// The verdict of an exited program.
     fn judge(&self, status: ExitStatus, out: &[u8], err: &[u8]) -> ExecutorHealth {
         let program = &self.inner.program;
-        // Sanitised here too, as the debug log below shows it.
+        // A reason already, as the debug log below shows it.
         let said = || {
             reason::first_line(out)
                 .or_else(|| reason::first_line(err))
-                .map(|line| reason::sanitise_with(&self.inner.scrubber, &line))
+                .map(|line| self.reason(&line))
         };
         match status.code() {
             Some(0) => ExecutorHealth::Healthy,
             Some(1) => ExecutorHealth::unhealthy(said().unwrap_or_else(|| {
-                format!("check command {program} exited with 1 and printed nothing")
+                self.reason(&format!(
+                    "check command {program} exited with 1 and printed nothing"
+                ))
             })),
             Some(code) => {
                 tracing::debug!(
@@ -226,15 +228,15 @@ impl CommandCheck {
                     said = said().as_deref().unwrap_or(""),
                     "check command exited with neither 0 nor 1: unknown"
                 );
-                ExecutorHealth::unknown(format!(
+                ExecutorHealth::unknown(self.reason(&format!(
                     "check command {program} exited with {code} (neither 0, healthy, nor 1, unhealthy)"
-                ))
+                )))
             }
             None => {
                 tracing::debug!(%program, %status, "check command ended by a signal: unknown");
-                ExecutorHealth::unknown(format!(
+                ExecutorHealth::unknown(self.reason(&format!(
                     "check command {program} was ended by a signal ({status})"
-                ))
+                )))
             }
         }
     }
@@ -246,13 +248,19 @@ impl CommandCheck {
         let stopped =
             format!("check command {program} printed more than {kib} KiB and was stopped");
         let line = reason::first_line(out).or_else(|| reason::first_line(err));
-        ExecutorHealth::unhealthy(match line {
+        ExecutorHealth::unhealthy(self.reason(&match line {
             Some(line) => format!("{stopped}; its first line: {line}"),
             None => stopped,
-        })
+        }))
     }
 
-    /// Why the program could not be started, as a reason.
+    /// `text` as a reason, the command's credential arguments masked before
+    /// it is cut: every reason of this check is made here.
+    fn reason(&self, text: &str) -> Reason {
+        Reason::scrubbed(&self.inner.scrubber, text)
+    }
+
+    /// Why the program could not be started, as a reason's text.
     fn cannot_start(&self, e: &io::Error) -> String {
         let program = &self.inner.program;
         let why = match e.kind() {
@@ -270,19 +278,10 @@ impl CommandCheck {
 
 #[async_trait::async_trait]
 impl HealthCheck for CommandCheck {
-    /// The verdict of [`Self::run`], its reason sanitised ([`reason`]) with
-    /// the command's credential arguments masked before it is cut.
+    /// The verdict of [`Self::run`], its reason made with the command's
+    /// credential arguments masked before it is cut ([`Self::reason`]).
     async fn get_health(&self) -> ExecutorHealth {
-        let scrubber = &self.inner.scrubber;
-        match self.run().await {
-            ExecutorHealth::Unhealthy { reason } => {
-                ExecutorHealth::unhealthy(reason::sanitise_with(scrubber, &reason))
-            }
-            ExecutorHealth::Unknown { reason } => {
-                ExecutorHealth::unknown(reason::sanitise_with(scrubber, &reason))
-            }
-            ExecutorHealth::Healthy => ExecutorHealth::Healthy,
-        }
+        self.run().await
     }
 }
 #[cfg(test)]

@@ -168,10 +168,10 @@ impl HealthCheck for EdgeCheck {
         self.observe().await.health
     }
 
-    /// The verdict of [`judge`], or why there is none; its reason and note
-    /// sanitised ([`reason`]) whichever it is.
+    /// The verdict of [`judge`], or why there is none (a [`overseer_core::Reason`],
+    /// clean as made).
     async fn observe(&self) -> Observation {
-        let observation = match tokio::time::timeout(self.deadline, self.read()).await {
+        match tokio::time::timeout(self.deadline, self.read()).await {
             Ok(Ok(Some(fleet))) => judge(&fleet, &self.queues, &self.instance),
             Ok(Ok(None)) => ExecutorHealth::unknown(
                 "the database has no edge_worker table (is the Edge provider installed and migrated?)",
@@ -185,8 +185,7 @@ impl HealthCheck for EdgeCheck {
                 short(self.deadline)
             ))
             .into(),
-        };
-        reason::sanitise_observation(observation)
+        }
     }
 }
 

@@ -36,9 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use overseer_core::duration::short;
-use overseer_core::reason;
 use overseer_core::secret::{Scrubber, SecretUrl, redact};
-use overseer_core::{BlockingHealthCheck, Executor, ExecutorHealth};
+use overseer_core::{BlockingHealthCheck, Executor, ExecutorHealth, Reason};
 
 use crate::budget;
 use crate::error::{Error, Result};
@@ -184,7 +183,7 @@ impl BlockingHealthCheck for HttpCheck {
         // The URL's own secrets, wherever the server or the transport echoed
         // them, masked before the reason is cut.
         let scrubber = Scrubber::default().with_url(&self.url);
-        ExecutorHealth::unhealthy(reason::sanitise_with(&scrubber, &reason))
+        ExecutorHealth::unhealthy(Reason::scrubbed(&scrubber, &reason))
     }
 }
 

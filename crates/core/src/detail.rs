@@ -16,6 +16,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::job::ExecutorHealth;
+use crate::reason::Reason;
 
 /// What one check of an executor found: the verdict, and the evidence.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub struct Observation {
     /// failover broker that does not answer, an edge worker gone quiet): shown
     /// as the instance's `reason` while it is healthy. Dropped with any other
     /// verdict, whose reason says what matters.
-    pub note: Option<String>,
+    pub note: Option<Reason>,
     /// The check has not heard enough yet to judge (a Celery check whose
     /// subscription to the workers' heartbeats is still warming up): the
     /// supervisor keeps the verdict it holds (before the first, the row's
@@ -50,22 +51,23 @@ impl Observation {
 
     /// The same observation with a note beside its verdict (kept only while
     /// the verdict is `healthy`).
-    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+    pub fn with_note(mut self, note: impl Into<Reason>) -> Self {
         self.note = Some(note.into());
         self
     }
 
     /// The note, when the verdict is `healthy`.
-    pub fn healthy_note(&self) -> Option<&str> {
+    pub fn healthy_note(&self) -> Option<&Reason> {
         matches!(self.health, ExecutorHealth::Healthy)
-            .then_some(self.note.as_deref())
+            .then_some(self.note.as_ref())
             .flatten()
     }
 }
 
 impl Observation {
-    /// The same observation with any URL credentials in its text masked
-    /// ([`crate::secret::scrub`]): the reason, and every name in the detail.
+    /// The same observation with any URL credentials in its detail masked
+    /// ([`crate::secret::scrub`]): every name in it. Its reason and note,
+    /// [`Reason`]s, were masked when made.
     pub fn scrubbed(self) -> Self {
         let scrub = |s: &mut String| *s = crate::secret::scrub(s);
         let detail = self.detail.map(|mut detail| {
@@ -86,12 +88,7 @@ impl Observation {
             }
             detail
         });
-        Self {
-            health: self.health.scrubbed(),
-            detail,
-            note: self.note.map(|note| crate::secret::scrub(&note)),
-            pending: self.pending,
-        }
+        Self { detail, ..self }
     }
 }
 

@@ -9,6 +9,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::reason::Reason;
 
 /// `job.state`: liveness bookkeeping, as Airflow's `JobState` means it.
 ///
@@ -86,14 +87,14 @@ pub enum ExecutorHealth {
     Healthy,
     /// The check found a fault, or did not answer in time.
     Unhealthy {
-        /// Why, in plain words for an operator. Never carries a credential.
-        reason: String,
+        /// Why, in plain words for an operator: sanitised when made.
+        reason: Reason,
     },
     /// The check cannot tell, or there is none, or none has answered yet.
     Unknown {
         /// Why not (`not checked yet`, `no health check for KubernetesExecutor`,
-        /// `TLS without verification is not checked over AMQP`). Never a credential.
-        reason: String,
+        /// `TLS without verification is not checked over AMQP`): sanitised when made.
+        reason: Reason,
     },
 }
 
@@ -108,37 +109,28 @@ impl Default for ExecutorHealth {
 }
 
 impl ExecutorHealth {
-    /// An `Unhealthy` verdict with its reason.
-    pub fn unhealthy(reason: impl Into<String>) -> Self {
+    /// An `Unhealthy` verdict with its reason (text is sanitised here).
+    pub fn unhealthy(reason: impl Into<Reason>) -> Self {
         Self::Unhealthy {
             reason: reason.into(),
         }
     }
 
-    /// An `Unknown` verdict with its reason.
-    pub fn unknown(reason: impl Into<String>) -> Self {
+    /// An `Unknown` verdict with its reason (text is sanitised here).
+    pub fn unknown(reason: impl Into<Reason>) -> Self {
         Self::Unknown {
             reason: reason.into(),
         }
     }
 
+    /// True for `healthy`.
+    pub const fn is_healthy(&self) -> bool {
+        matches!(self, Self::Healthy)
+    }
+
     /// True for `unknown`, whatever its reason.
     pub const fn is_unknown(&self) -> bool {
         matches!(self, Self::Unknown { .. })
-    }
-
-    /// The same verdict, with any URL credentials in its reason masked
-    /// ([`crate::secret::scrub`]).
-    pub fn scrubbed(self) -> Self {
-        match self {
-            Self::Unhealthy { reason } => Self::Unhealthy {
-                reason: crate::secret::scrub(&reason),
-            },
-            Self::Unknown { reason } => Self::Unknown {
-                reason: crate::secret::scrub(&reason),
-            },
-            Self::Healthy => Self::Healthy,
-        }
     }
 
     /// The string stored in `job.executor_health`: its
@@ -150,9 +142,26 @@ impl ExecutorHealth {
     /// The reason stored in `job.executor_health_reason`: `unhealthy`'s and
     /// `unknown`'s; `healthy` has none.
     pub fn reason(&self) -> Option<&str> {
+        self.cause().map(Reason::as_str)
+    }
+
+    /// [`Self::reason`], typed.
+    pub fn cause(&self) -> Option<&Reason> {
         match self {
             Self::Unhealthy { reason } | Self::Unknown { reason } => Some(reason),
             Self::Healthy => None,
+        }
+    }
+
+    /// What `executor_health_reason` holds, and what the report and the
+    /// plugin show as the instance's `reason`: the verdict's reason, or, for
+    /// a healthy verdict, the note its check gave beside it. The one place
+    /// this rule is written (the plugin's copy is held to it by
+    /// `entry_cases.json`).
+    pub fn shown<'a>(&'a self, note: Option<&'a Reason>) -> Option<&'a Reason> {
+        match self {
+            Self::Healthy => note,
+            other => other.cause(),
         }
     }
 

@@ -66,4 +66,5 @@ pub use detail::{Detail, Observation};
 pub use error::{Error, Result};
 pub use job::{ExecutorHealth, JobState, JobType};
 pub use overseer::{Overseer, OverseerBuilder, Settings};
+pub use reason::Reason;
 pub use report::{HealthReport, Thresholds};

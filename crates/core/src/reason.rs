@@ -24,12 +24,24 @@
 //! dashboard card and a log line can show: a sentence and a URL. One cap for
 //! the column, the JSON and the logs, so all three say the same.
 //!
-//! Every function here is idempotent: a sanitised reason sanitised again is
-//! unchanged, so a check's exit and the aggregator's last guard can both
-//! apply it.
+//! # One type, cleaned where it is made
+//! A verdict's reason is a [`Reason`], and a [`Reason`] can only be made by
+//! this rule: [`Reason::new`] (or `From<&str>`/`From<String>`) for text that
+//! holds no secret of a check's own, [`Reason::scrubbed`] where the check
+//! knows its secrets (a command's token argument, a password given apart
+//! from its URL). From there the reason stays typed through the actors,
+//! the row writer and the report; it becomes a string only in the column and
+//! the JSON. Nothing downstream cleans it again, because nothing downstream
+//! can hold an unclean one.
+//!
+//! Every function here is idempotent: a sanitised text sanitised again is
+//! unchanged (a reason read back from its column is the same reason).
 
-use crate::detail::Observation;
-use crate::job::ExecutorHealth;
+use std::fmt;
+use std::ops::Deref;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
 use crate::secret::Scrubber;
 
 /// The most characters a reason has, the `…` of a cut included.
@@ -64,6 +76,124 @@ pub const MAX_NAME_CHARS: usize = 40;
 
 /// What ends a cut text.
 pub const ELLIPSIS: char = '…';
+
+/// A verdict's reason (or a healthy verdict's note): one line, at most
+/// [`MAX_CHARS`] characters, no credential. It can only be made sanitised,
+/// so whoever holds one may show it, log it and store it as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Reason(String);
+
+impl Reason {
+    /// `text` as a reason: URL credentials masked, one line, capped.
+    pub fn new(text: &str) -> Self {
+        Self(sanitise(text))
+    }
+
+    /// `text` as a reason, also masking what `scrubber` knows (a command's
+    /// token arguments, a broker's password given apart from its URL).
+    pub fn scrubbed(scrubber: &Scrubber, text: &str) -> Self {
+        Self(sanitise_with(scrubber, text))
+    }
+
+    /// The reason's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The reason's text, owned: for the column and the JSON.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// This reason, then `more` after `separator`, within the cap: a check's
+    /// cause with the rules' findings beside it.
+    #[must_use]
+    pub fn join(&self, separator: &str, more: &str) -> Self {
+        Self::new(&format!("{}{separator}{more}", self.0))
+    }
+}
+
+impl Deref for Reason {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Reason {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<&String> for Reason {
+    fn from(text: &String) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<String> for Reason {
+    fn from(text: String) -> Self {
+        Self::new(&text)
+    }
+}
+
+impl From<Reason> for String {
+    fn from(reason: Reason) -> Self {
+        reason.0
+    }
+}
+
+impl PartialEq<str> for Reason {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Reason {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<Reason> for str {
+    fn eq(&self, other: &Reason) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<Reason> for &str {
+    fn eq(&self, other: &Reason) -> bool {
+        *self == other.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Reason {
+    /// Read text is someone else's: sanitised as any other.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from)
+    }
+}
 
 /// `text` as a reason: URL credentials masked, one line, at most [`MAX_CHARS`].
 pub fn sanitise(text: &str) -> String {
@@ -135,27 +265,6 @@ pub fn first_line(output: &[u8]) -> Option<String> {
         .lines()
         .find(|line| !one_line(line).is_empty())
         .map(str::to_owned)
-}
-
-/// The same verdict with its reason sanitised: what every check returns, and
-/// the last guard before a verdict is stored.
-pub fn sanitise_verdict(health: ExecutorHealth) -> ExecutorHealth {
-    match health {
-        ExecutorHealth::Unhealthy { reason } => ExecutorHealth::unhealthy(sanitise(&reason)),
-        ExecutorHealth::Unknown { reason } => ExecutorHealth::unknown(sanitise(&reason)),
-        ExecutorHealth::Healthy => ExecutorHealth::Healthy,
-    }
-}
-
-/// The same observation with its reason and its note sanitised (the note is
-/// shown as the reason while the verdict is healthy).
-pub fn sanitise_observation(observation: Observation) -> Observation {
-    Observation {
-        health: sanitise_verdict(observation.health),
-        note: observation.note.map(|note| sanitise(&note)),
-        detail: observation.detail,
-        pending: observation.pending,
-    }
 }
 
 /// Whether `c` may not appear in a reason: a control character (C0, DEL, C1:
@@ -344,24 +453,37 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_and_observations_carry_sanitised_reasons() {
+    fn a_reason_can_only_be_made_sanitised_wherever_it_comes_from() {
+        use crate::detail::Observation;
+        use crate::job::ExecutorHealth;
         let hostile = format!("a\nb {}", "c".repeat(1000));
-        let ExecutorHealth::Unhealthy { reason } =
-            sanitise_verdict(ExecutorHealth::unhealthy(&hostile))
-        else {
+        let ExecutorHealth::Unhealthy { reason } = ExecutorHealth::unhealthy(&hostile) else {
             panic!("still unhealthy");
         };
         assert!(reason.starts_with("a b ccc") && reason.chars().count() == MAX_CHARS);
-        assert_eq!(
-            sanitise_verdict(ExecutorHealth::unknown("x\ny")),
-            ExecutorHealth::unknown("x y")
-        );
-        assert_eq!(
-            sanitise_verdict(ExecutorHealth::Healthy),
-            ExecutorHealth::Healthy
-        );
-        let observed =
-            sanitise_observation(Observation::from(ExecutorHealth::Healthy).with_note(hostile));
+        assert_eq!(ExecutorHealth::unknown("x\ny").reason(), Some("x y"));
+        let observed = Observation::from(ExecutorHealth::Healthy).with_note(hostile.clone());
         assert_eq!(observed.note.unwrap().chars().count(), MAX_CHARS);
+        // Read back (a report, a row another writer left): sanitised as it enters.
+        let read: Reason = serde_json::from_str("\"one\\ntwo\"").unwrap();
+        assert_eq!(read, "one two");
+        // A credential in a URL never survives.
+        let url = Reason::new("broker redis://:hunter2@h:6379/0 refused");
+        assert!(!url.contains("hunter2"), "{url}");
+        // Joined to more, still within the cap.
+        let joined = Reason::new(&"x".repeat(200)).join("; ", &"y".repeat(200));
+        assert_eq!(joined.chars().count(), MAX_CHARS);
+        assert!(joined.starts_with("xxx") && joined.ends_with(ELLIPSIS));
+    }
+
+    #[test]
+    fn a_check_s_own_secret_is_masked_before_the_cut_not_after() {
+        let secret = "s3cr3t-token-value";
+        let scrubber = Scrubber::default().with_secret(secret);
+        // The secret straddles the cap: a cut first would leave `s3cr3t-`.
+        let text = format!("{} {secret} and more", "x".repeat(MAX_CHARS - 10));
+        let made = Reason::scrubbed(&scrubber, &text);
+        assert!(!made.contains("s3cr"), "{made}");
+        assert!(made.chars().count() <= MAX_CHARS && made.ends_with(ELLIPSIS));
     }
 }

@@ -131,7 +131,7 @@ impl HealthCheck for Noted {
         Observation {
             health: ExecutorHealth::Healthy,
             detail: None,
-            note,
+            note: note.map(Into::into),
             pending: false,
         }
     }
@@ -160,7 +160,7 @@ async fn a_healthy_verdict_s_note_is_its_reason_in_the_report_and_the_row() {
             .map(|i| (i.health.clone(), i.reason.clone()))
     };
     report_until(&overseer, "the note as the reason", |r| {
-        reason_of(r) == Some((ExecutorHealth::Healthy, Some(note.to_owned())))
+        reason_of(r) == Some((ExecutorHealth::Healthy, Some(note.into())))
     })
     .await;
     let json: serde_json::Value = serde_json::from_str(overseer.report().json()).unwrap();

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use overseer_core::ExecutorHealth;
 use overseer_core::detail::{EventsDetail, WorkerDetail};
+use overseer_core::{ExecutorHealth, Reason};
 use tokio::time::Instant;
 
 use super::CeleryCheck;
@@ -74,10 +74,13 @@ impl CeleryCheck {
         let (health, reason) = match (backend, health) {
             (None, health) => (health, reason),
             (Some(finding), ExecutorHealth::Unhealthy { reason }) => {
-                let both = format!("{reason}; {finding}");
+                let both = reason.join("; ", &finding);
                 (ExecutorHealth::unhealthy(both.clone()), Some(both))
             }
-            (Some(finding), _) => (ExecutorHealth::unhealthy(finding.clone()), Some(finding)),
+            (Some(finding), _) => {
+                let finding = Reason::from(finding);
+                (ExecutorHealth::unhealthy(finding.clone()), Some(finding))
+            }
         };
         // Until the heartbeats can say whether a worker is gone, a verdict that
         // a broker's answer would make healthy (or unknown for the workers'

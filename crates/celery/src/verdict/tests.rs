@@ -393,7 +393,7 @@ fn workers_that_cannot_be_heard_are_not_counted_and_say_why() {
         verdict(&broker, deaf, window, 1),
         (
             ExecutorHealth::unknown(workers_not_counted(why)),
-            Some(workers_not_counted(why))
+            Some(workers_not_counted(why).into())
         )
     );
     // With no minimum the verdict is the brokers', and it says the workers
@@ -402,7 +402,7 @@ fn workers_that_cannot_be_heard_are_not_counted_and_say_why() {
         verdict(&broker, deaf, window, 0),
         (
             ExecutorHealth::Healthy,
-            Some(format!("workers not watched: {why}"))
+            Some(format!("workers not watched: {why}").into())
         )
     );
     // A worker found gone before the subscription dropped stays the cause.

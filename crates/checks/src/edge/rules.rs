@@ -119,8 +119,9 @@ pub fn judge(fleet: &Fleet, configured: &[String], instance: &str) -> Observatio
         Observation::new(ExecutorHealth::unhealthy(findings.join("; ")), detail)
     };
     // Names come from rows any client can write: each was cut above so the
-    // reason keeps its shape; the whole is made one bounded line here.
-    reason::sanitise_observation(observation)
+    // reason keeps its shape; the whole is made one bounded line as a
+    // [`overseer_core::Reason`].
+    observation
 }
 
 /// `w1: offline`: a worker and its state, each cut as a name.

@@ -191,7 +191,7 @@ fn workers_reporting_a_warning_are_named_in_an_unhealthy_reason() {
     let observed = judge(&fleet(vec![warned], &[]), &[], INSTANCE);
     assert_eq!(observed.health, ExecutorHealth::Healthy);
     assert_eq!(
-        observed.healthy_note(),
+        observed.healthy_note().map(|n| n.as_str()),
         Some("edge worker w1 reports warning: Healthy but version mismatch")
     );
 }
@@ -212,7 +212,7 @@ fn a_lost_worker_beside_a_serving_one_is_named_in_the_healthy_note() {
     );
     assert_eq!(observed.health, ExecutorHealth::Healthy);
     assert_eq!(
-        observed.healthy_note(),
+        observed.healthy_note().map(|n| n.as_str()),
         Some("no heartbeat for 5 heartbeats from edge worker w2")
     );
     // Nothing to say: no note.

@@ -38,6 +38,7 @@ use crate::detail::{Detail, Observation};
 use crate::duration;
 use crate::job::ExecutorHealth;
 use crate::queued::QueuedBoard;
+use crate::reason::Reason;
 use crate::rules::{Airflow, Rules};
 use crate::stats::ExecutorStats;
 
@@ -77,7 +78,7 @@ pub struct Answered {
     /// The evidence, when there is any.
     pub detail: Option<Arc<Detail>>,
     /// Beside a `healthy` verdict, what is worth knowing all the same.
-    pub note: Option<String>,
+    pub note: Option<Reason>,
     /// The check has not heard enough to judge yet ([`Observation::pending`]):
     /// the verdict held stays.
     pub pending: bool,
@@ -104,7 +105,7 @@ impl Reply {
             to.do_send(Answered {
                 executor: self.executor,
                 tick: self.tick,
-                note: observation.healthy_note().map(str::to_owned),
+                note: observation.healthy_note().cloned(),
                 pending: observation.pending,
                 health: observation.health,
                 detail: observation.detail.map(Arc::new),
@@ -398,28 +399,28 @@ impl Handler<CheckHealth> for ExecutorActor {
                         CheckRun::Running { waiting } => waiting,
                         CheckRun::Idle => Vec::new(),
                     };
-                    // The last guard, whoever wrote the check: one line, capped
-                    // ([`crate::reason`]), flow findings and panics included.
-                    let answer = crate::reason::sanitise_observation(match outcome {
+                    // A reason is clean as made ([`crate::reason::Reason`]),
+                    // flow findings and panics included.
+                    let answer = match outcome {
                         Ok(observation) => {
                             act.standing = Standing::Within;
                             act.backoff.reset();
                             // Every verdict passes here on its way to the table
                             // and the report: a check that quotes a URL in its
-                            // reason or its detail loses its credentials here,
-                            // whoever wrote the check.
+                            // detail loses its credentials here, whoever wrote
+                            // the check.
                             act.judge(observation.scrubbed())
                         }
                         Err(message) => {
                             // One line in the log too: a panic's text may hold newlines.
-                            let message = crate::reason::sanitise(&message);
+                            let message = Reason::new(&message);
                             ExecutorStats::bump(&act.stats.panics);
                             tracing::error!(executor = %act.executor.label(), panic = %message, "health check panicked; restarting its actor");
                             ctx.stop();
                             ExecutorHealth::unhealthy(format!("health check panicked: {message}"))
                                 .into()
                         }
-                    });
+                    };
                     reply.send(answer.clone());
                     for waiting in waiting {
                         waiting.send(answer.clone());

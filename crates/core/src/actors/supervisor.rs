@@ -41,6 +41,7 @@ use tokio::time::Instant;
 
 use crate::detail::Detail;
 use crate::job::ExecutorHealth;
+use crate::reason::Reason;
 use crate::stats::ExecutorStats;
 
 use super::executor::{Answered, CheckHealth, ExecutorActor};
@@ -61,7 +62,7 @@ pub struct NewVerdict {
     /// The latest poll's evidence (`None` when it gave none, or timed out).
     pub detail: Option<Arc<Detail>>,
     /// Beside a `healthy` verdict held, the note its poll gave.
-    pub note: Option<String>,
+    pub note: Option<Reason>,
 }
 
 /// How the supervisor polls.
@@ -130,7 +131,7 @@ struct Polled {
     /// The evidence last sent.
     detail: Option<Arc<Detail>>,
     /// The note of the verdict held.
-    note: Option<String>,
+    note: Option<Reason>,
 }
 
 /// The actor that polls every executor.
@@ -346,7 +347,7 @@ impl HealthSupervisor {
         index: usize,
         observed: ExecutorHealth,
         detail: Option<Arc<Detail>>,
-        note: Option<String>,
+        note: Option<Reason>,
         pending: bool,
     ) {
         let settings = self.settings;

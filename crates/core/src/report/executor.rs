@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 use super::{DetailedStatus, Status, optional_timestamp};
 use crate::detail::Detail;
 use crate::job::ExecutorHealth;
+use crate::reason::Reason;
 
 /// The word of an executor's verdict, as `job.executor_health` stores it: an
 /// `ExecutorHealth` without its reason.
@@ -84,7 +85,8 @@ pub struct ExecutorInstance {
     /// Why, for `unhealthy` and `unknown`; for `healthy`, what is worth
     /// knowing all the same (a failover broker that does not answer, an edge
     /// worker gone quiet), else `null`. Never a credential.
-    pub reason: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub reason: Option<Reason>,
     /// When the verdict was made.
     #[serde(serialize_with = "optional_timestamp")]
     #[schema(value_type = Option<String>, format = DateTime)]

@@ -14,6 +14,7 @@ use super::{
 use crate::detail::Detail;
 use crate::entity::job;
 use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::reason::Reason;
 
 /// How old a heartbeat may be before its row counts as dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,9 +191,10 @@ impl HealthReport {
                             hostname: r.hostname.clone(),
                             latest_heartbeat: r.latest_heartbeat,
                             health_kind: ExecutorHealthKind::of(&health),
-                            reason: match &health {
-                                ExecutorHealth::Healthy => r.executor_health_reason.clone(),
-                                other => other.reason().map(str::to_owned),
+                            reason: {
+                                // What another writer left is sanitised as it enters.
+                                let note = r.executor_health_reason.as_deref().map(Reason::new);
+                                health.shown(note.as_ref()).cloned()
                             },
                             health,
                             checked_at: r.executor_health_checked_at,

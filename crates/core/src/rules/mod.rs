@@ -254,7 +254,7 @@ impl Rules {
         } = found;
         let health = match health {
             ExecutorHealth::Unhealthy { reason } if !findings.is_empty() => {
-                ExecutorHealth::unhealthy(format!("{reason}; {}", findings.join("; ")))
+                ExecutorHealth::unhealthy(reason.join("; ", &findings.join("; ")))
             }
             unhealthy @ ExecutorHealth::Unhealthy { .. } => unhealthy,
             _ if !findings.is_empty() => ExecutorHealth::unhealthy(findings.join("; ")),

@@ -14,6 +14,7 @@ use super::{ExecutorIdentity, Session};
 use crate::entity::job::{self, Column, Entity as Job};
 use crate::error::Result;
 use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::reason::Reason;
 
 /// Rows per statement where a statement's size grows with the executors (start-up
 /// only): keeps every statement well under the drivers' parameter limits.
@@ -171,7 +172,7 @@ pub struct VerdictRow {
     pub health: ExecutorHealth,
     /// For a healthy verdict, the note beside it, written as its
     /// `executor_health_reason` (ignored for the others, whose reason is theirs).
-    pub note: Option<String>,
+    pub note: Option<Reason>,
     /// `executor_health_checked_at`: when the verdict was made (or, for one
     /// written late, the last heartbeat it held through).
     pub checked_at: DateTime<Utc>,
@@ -181,10 +182,7 @@ impl VerdictRow {
     /// What `executor_health_reason` holds: the verdict's reason, or a healthy
     /// verdict's note.
     pub fn reason(&self) -> Option<&str> {
-        match &self.health {
-            ExecutorHealth::Healthy => self.note.as_deref(),
-            other => other.reason(),
-        }
+        self.health.shown(self.note.as_ref()).map(Reason::as_str)
     }
 }
 

@@ -107,7 +107,7 @@ use crate::storage::{self, ExecutorIdentity, Session};
 
 use super::supervisor::NewVerdict;
 use outage::Attempts;
-use own::{OwnRow, reason_column};
+use own::OwnRow;
 use publish::Publishing;
 use transitions::HistoryRead;
 
@@ -338,9 +338,7 @@ impl Handler<NewVerdict> for Aggregator {
             return;
         };
         let unchanged = own.row.executor_health_checked_at.is_some()
-            && *own.health() == verdict.health
-            && own.row.executor_health_reason
-                == reason_column(&verdict.health, verdict.note.as_deref());
+            && own.holds(&verdict.health, verdict.note.as_ref());
         let new_detail = own.detail != verdict.detail;
         if new_detail {
             own.detail = verdict.detail;
@@ -352,7 +350,7 @@ impl Handler<NewVerdict> for Aggregator {
             return;
         }
         let made_at = storage::to_micros(verdict.checked_at);
-        own.set(&verdict.health, verdict.note.as_deref(), Some(made_at));
+        own.set(&verdict.health, verdict.note.as_ref(), Some(made_at));
         own.made_at = Some(made_at);
         own.fresh = true;
         own.version += 1;

@@ -11,6 +11,7 @@ use crate::detail::Detail;
 use crate::entity::job;
 use crate::history::RowKey;
 use crate::job::{ExecutorHealth, JobState, JobType};
+use crate::reason::Reason;
 use crate::report::{ExecutorHealthKind, RowExtras};
 use crate::storage::{ExecutorIdentity, Session, VerdictRow};
 
@@ -25,6 +26,9 @@ pub(super) struct OwnRow {
     /// The latest verdict, typed: what `row`'s `executor_health` column
     /// says, kept as it came rather than parsed back from the row.
     health: ExecutorHealth,
+    /// Beside a healthy verdict, the note its check gave (shown as the row's
+    /// reason while it is healthy).
+    note: Option<Reason>,
     /// The verdict changed since the last heartbeat: its `checked_at` is still
     /// the moment it was made, and the next heartbeat leaves it there.
     pub(super) fresh: bool,
@@ -73,6 +77,7 @@ impl OwnRow {
                 executor_health_checked_at: None,
             },
             health: ExecutorHealth::default(),
+            note: None,
             fresh: false,
             version: 0,
             written: 0,
@@ -115,26 +120,23 @@ impl OwnRow {
     }
 
     /// Holds a verdict: `executor_health_reason` is its reason, or, for a
-    /// healthy one, its note.
+    /// healthy one, its note ([`ExecutorHealth::shown`]).
     pub(super) fn set(
         &mut self,
         health: &ExecutorHealth,
-        note: Option<&str>,
+        note: Option<&Reason>,
         checked_at: Option<DateTime<Utc>>,
     ) {
         self.health = health.clone();
+        self.note = note.filter(|_| health.is_healthy()).cloned();
         self.row.executor_health = health.as_str().to_owned();
-        self.row.executor_health_reason = reason_column(health, note);
+        self.row.executor_health_reason = health.shown(note).map(Reason::to_string);
         self.row.executor_health_checked_at = checked_at;
     }
-}
 
-/// What `executor_health_reason` holds for a verdict: its reason, or, for a
-/// healthy one, the note beside it.
-pub(super) fn reason_column(health: &ExecutorHealth, note: Option<&str>) -> Option<String> {
-    match health {
-        ExecutorHealth::Healthy => note.map(str::to_owned),
-        other => other.reason().map(str::to_owned),
+    /// Whether `health` with `note` is the verdict held, its reason included.
+    pub(super) fn holds(&self, health: &ExecutorHealth, note: Option<&Reason>) -> bool {
+        self.health == *health && self.health.shown(self.note.as_ref()) == health.shown(note)
     }
 }
 
@@ -153,7 +155,7 @@ impl Aggregator {
                         VerdictRow {
                             id: own.row.id,
                             health: own.health().clone(),
-                            note: own.row.executor_health_reason.clone(),
+                            note: own.note.clone(),
                             checked_at,
                         },
                     )
@@ -191,7 +193,7 @@ impl Aggregator {
                 (Some(shown), written)
                     if written.is_none_or(|w| shown.checked_at > w.executor_health_checked_at) =>
                 {
-                    own.set(&shown.health, shown.reason.as_deref(), shown.checked_at);
+                    own.set(&shown.health, shown.reason.as_ref(), shown.checked_at);
                     own.version = 1;
                 }
                 (_, Some(written)) => {
@@ -199,6 +201,11 @@ impl Aggregator {
                     own.health = written
                         .executor_health()
                         .unwrap_or_else(|e| ExecutorHealth::unhealthy(e.to_string()));
+                    own.note = written
+                        .executor_health_reason
+                        .as_deref()
+                        .filter(|_| own.health.is_healthy())
+                        .map(Reason::new);
                     own.row.executor_health = written.executor_health.clone();
                     own.row.executor_health_reason = written.executor_health_reason.clone();
                     own.row.executor_health_checked_at = written.executor_health_checked_at;
