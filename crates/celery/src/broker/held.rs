@@ -445,4 +445,4 @@ fn log_end(identity: &str, happened: &str, ended: &Ended) {
 }
 
 #[cfg(test)]
-mod table;
+mod tests;

@@ -3,7 +3,6 @@
 //! Jobs table and publishes the report.
 
 pub mod aggregator;
-pub(crate) mod crash;
 pub mod executor;
 pub mod supervisor;
 

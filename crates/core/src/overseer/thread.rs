@@ -29,10 +29,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::actors::CoreActor;
 use crate::actors::aggregator::Finish;
 use crate::actors::supervisor::StopPolling;
 use crate::actors::{Aggregator, HealthSupervisor, NewVerdict, RestartPolicy};
-use crate::actors::{CoreActor, crash};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::report::HealthReport;
@@ -126,6 +126,17 @@ impl Restarts {
     }
 }
 
+/// The core actors' addresses, as of their latest start.
+#[derive(Debug, Clone)]
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "read by this crate's tests of restarts")
+)]
+pub(super) struct Addresses {
+    pub(super) supervisor: Addr<HealthSupervisor>,
+    pub(super) aggregator: Addr<Aggregator>,
+}
+
 /// The two core actors, kept running.
 struct Core {
     make_supervisor: MakeSupervisor,
@@ -135,6 +146,8 @@ struct Core {
     aggregator: Running<Aggregator>,
     supervisor_restarts: Restarts,
     aggregator_restarts: Restarts,
+    /// Their addresses, sent again at every restart.
+    addresses: watch::Sender<Addresses>,
 }
 
 impl Core {
@@ -149,6 +162,10 @@ impl Core {
         let (address, task) = spawn_actor(make_aggregator());
         let aggregator = Running { address, task };
         let (address, task) = spawn_actor(make_supervisor(aggregator.address.clone().recipient()));
+        let (addresses, _) = watch::channel(Addresses {
+            supervisor: address.clone(),
+            aggregator: aggregator.address.clone(),
+        });
         let core = Self {
             make_supervisor,
             make_aggregator,
@@ -157,6 +174,7 @@ impl Core {
             aggregator,
             supervisor_restarts: Restarts::new(),
             aggregator_restarts: Restarts::new(),
+            addresses,
         };
         (core, reports)
     }
@@ -222,6 +240,10 @@ impl Core {
         let sink = self.aggregator.address.clone().recipient();
         let (address, task) = spawn_actor((self.make_supervisor)(sink));
         self.supervisor = Running { address, task };
+        self.addresses.send_replace(Addresses {
+            supervisor: self.supervisor.address.clone(),
+            aggregator: self.aggregator.address.clone(),
+        });
         tracing::info!(actor = actor.name(), "core actor restarted");
     }
 }
@@ -233,13 +255,13 @@ pub(super) struct ActorsThread {
     stop: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<Result<()>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Orders to make a core actor stop or panic: the tests' one seam,
-    /// zero-sized outside them ([`crate::actors::crash`]).
+    /// The core actors' current addresses (the tests make them stop or panic
+    /// through these).
     #[cfg_attr(
         not(test),
-        expect(dead_code, reason = "only this crate's tests send orders")
+        expect(dead_code, reason = "read by this crate's tests of restarts")
     )]
-    crash: crash::Switch,
+    addresses: watch::Receiver<Addresses>,
 }
 
 impl ActorsThread {
@@ -256,7 +278,6 @@ impl ActorsThread {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel();
-        let (crash_switch, mut crash_orders) = crash::switch();
         let thread = std::thread::Builder::new()
             .name("overseer-actors".into())
             .spawn(move || {
@@ -277,7 +298,7 @@ impl ActorsThread {
                     let mut started = started;
                     let background = std::mem::take(&mut started.background);
                     let (mut core, reports) = Core::start(started);
-                    let _ = ready_tx.send(Ok(reports));
+                    let _ = ready_tx.send(Ok((reports, core.addresses.subscribe())));
                     // Run until asked to stop, or until the handle is dropped;
                     // start a core actor again whenever one ends.
                     loop {
@@ -290,11 +311,6 @@ impl ActorsThread {
                                     () = tokio::time::sleep(delay) => core.restart(actor).await,
                                 }
                             }
-                            order = crash_orders.next() => crash::obey(
-                                order,
-                                &core.supervisor.address,
-                                &core.aggregator.address,
-                            ),
                         }
                     }
                     let _ = core.supervisor.address.send(StopPolling).await;
@@ -317,7 +333,7 @@ impl ActorsThread {
                 checks.shutdown_background();
             })
             .map_err(|e| Error::Runtime(format!("cannot start the actors' thread: {e}")))?;
-        let reports = ready_rx
+        let (reports, addresses) = ready_rx
             .await
             .map_err(|_| Error::Runtime("the actors' thread ended while starting".into()))??;
         Ok((
@@ -325,7 +341,7 @@ impl ActorsThread {
                 stop: Some(stop_tx),
                 done: Some(done_rx),
                 thread: Some(thread),
-                crash: crash_switch,
+                addresses,
             },
             reports,
         ))
@@ -365,4 +381,4 @@ impl ActorsThread {
 }
 
 #[cfg(test)]
-mod restarts;
+mod tests;
