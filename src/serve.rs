@@ -17,7 +17,9 @@ use crate::db;
 
 /// Opens the database, brings the schema up to date, supervises the configured
 /// executors, and runs until `shutdown` completes (SIGTERM or Ctrl-C, see
-/// [`shutdown_signal`]); then writes the last verdicts and ends its rows.
+/// [`shutdown_signal`]); then writes the last verdicts and ends its rows. It
+/// ends with an error when another writer ended its rows first
+/// ([`Overseer::ousted`]).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let open_files = crate::limits::raise_open_files();
     let url = &config.database.url;
@@ -42,7 +44,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let db = db::connect(url).await?;
     Migrator::up(&db, None)
         .await
-        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
+        .map_err(scrubbed(url))
         .context("while migrating the schema up")?;
     db.close().await.ok();
 
@@ -58,13 +60,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         )
         .start()
         .await
-        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
+        .map_err(scrubbed(url))
         .context("while starting the supervisor")?;
 
     // The history route reads the database through a small pool of its own.
     let history = overseer_core::history::HistoryReader::connect(url.expose_secret())
         .await
-        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
+        .map_err(scrubbed(url))
         .context("while opening the history reader")?;
     // Alerts read the published reports, on this runtime; deliveries on threads of their own.
     let alerts = crate::alerts::Notifier::start(
@@ -94,7 +96,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         "overseer is running, listening on {scheme}://{address}"
     );
 
-    shutdown.await;
+    // Another Overseer given this hostname may take the rows over: then this
+    // one's verdicts would land nowhere, and it leaves, saying why.
+    let ousted = tokio::select! {
+        () = shutdown => None,
+        why = overseer.ousted() => Some(why),
+    };
     tracing::info!("shutting down: writing the last verdicts");
     let _ = stopping.send(true);
     let (ended, (), ()) = tokio::join!(overseer.shutdown(), http.stop(true), alerts.stop());
@@ -103,11 +110,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .await
         .ok();
     ended
-        .map_err(|e| anyhow::anyhow!(url.scrub(&e.to_string())))
+        .map_err(scrubbed(url))
         .context("while ending the executor rows")?;
     let _ = serving.await;
     tracing::info!("stopped");
-    Ok(())
+    match ousted {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
+}
+
+/// An error of the database's driver as one of ours, the database URL's
+/// credentials masked wherever the driver quoted it.
+fn scrubbed<E: std::fmt::Display>(url: &SecretUrl) -> impl Fn(E) -> anyhow::Error + '_ {
+    move |e| anyhow::anyhow!(url.scrub(&e.to_string()))
 }
 
 /// The actors' settings from the configuration.

@@ -227,6 +227,47 @@ async fn after_kill_9_a_restart_closes_the_crashed_rows() {
     assert_eq!(db.strings(states).await, ["failed ended", "success ended"]);
 }
 
+/// Another writer ends a running service's rows (another Overseer, started
+/// with the same hostname while this one was frozen, closes them as a
+/// crash's): the service's heartbeats would land nowhere, so it says so,
+/// naming the hostname, and exits 1, leaving the rows as the other ended them.
+#[tokio::test]
+async fn a_service_whose_rows_another_writer_ended_says_so_and_exits_1() {
+    let db = overseer_testkit::sqlite().await;
+    let dir = workdir();
+    let serving = Serving::start(
+        overseer(dir.path())
+            .env("OVERSEER_DATABASE__URL", &db.url)
+            .env("OVERSEER_SUPERVISOR__HOSTNAME", "sched-9")
+            .env("AIRFLOW__CORE__EXECUTOR", "LocalExecutor"),
+    );
+    let states = "SELECT state || ' ' || CASE WHEN end_date IS NULL THEN 'open' ELSE 'ended' END FROM job ORDER BY id";
+    assert_eq!(db.strings(states).await, ["running open"]);
+    // What the other one's start-up does to rows it finds silent.
+    db.execute_script(
+        "UPDATE job SET state = 'failed', end_date = CURRENT_TIMESTAMP \
+         WHERE job_type = 'ExecutorJob' AND hostname = 'sched-9'",
+    )
+    .await;
+    let (code, lines) = serving.exited();
+    let why = "another writer ended 1 of the 1 executor rows this Overseer keeps for \
+               hostname \"sched-9\" (another Overseer given the same hostname took them over?): \
+               this one stops, as its verdicts would no longer be written; give each Overseer \
+               a hostname of its own ([supervisor] hostname)";
+    assert_eq!(code, Some(1), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("ERROR") && l.ends_with(why)),
+        "logged loudly: {lines:?}"
+    );
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some(format!("error: {why}").as_str())
+    );
+    assert_eq!(db.strings(states).await, ["failed ended"]);
+}
+
 #[test]
 fn an_unreachable_database_fails_with_exit_1_and_no_password() {
     let dir = workdir();

@@ -132,13 +132,28 @@ impl Serving {
     }
 
     /// Sends SIGTERM and waits for the exit code.
-    pub fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+    pub fn terminate(self) -> (Option<i32>, Vec<String>) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
-        let exit = self.child.wait().unwrap();
+        self.exited()
+    }
+
+    /// Waits (at most [`START_DEADLINE`]) for it to exit by itself, and
+    /// returns its exit code and every line it logged.
+    pub fn exited(mut self) -> (Option<i32>, Vec<String>) {
+        let deadline = std::time::Instant::now() + START_DEADLINE;
+        let exit = loop {
+            match self.child.try_wait().unwrap() {
+                Some(exit) => break exit,
+                None if std::time::Instant::now() > deadline => {
+                    panic!("serve did not exit: {:?}", self.seen)
+                }
+                None => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
         let mut seen = std::mem::take(&mut self.seen);
         // The reader ends at the child's end of output; take every line up to it.
         while let Ok(line) = self.lines.recv_timeout(START_DEADLINE) {

@@ -35,6 +35,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 
+use crate::actors::aggregator::Ousted;
 use crate::actors::{PollSettings, RestartPolicy};
 use crate::check::pool::CheckThreads;
 use crate::check::{AsyncChecks, Executor};
@@ -205,7 +206,8 @@ impl OverseerBuilder {
         let executor_stats = stats.iter().map(|(_, s)| s.clone()).collect();
         let check_handle = async_checks.unwrap_or_else(|| checks.checks());
         let agg_stats = aggregator_stats.clone();
-        let (actors, reports) = ActorsThread::spawn(checks, move || {
+        let (ousted_tx, ousted) = Ousted::new();
+        let (actors, reports) = ActorsThread::spawn(checks, ousted.clone(), move || {
             start_actors(
                 url,
                 executors,
@@ -213,6 +215,7 @@ impl OverseerBuilder {
                 settings,
                 check_handle,
                 agg_stats,
+                ousted_tx,
             )
         })
         .await?;
@@ -221,6 +224,7 @@ impl OverseerBuilder {
             stats,
             aggregator_stats,
             actors,
+            ousted,
         })
     }
 }
@@ -254,6 +258,8 @@ pub struct Overseer {
     aggregator_stats: Arc<AggregatorStats>,
     /// The thread the actors run on, and how to end it.
     actors: ActorsThread,
+    /// Why another writer's taking this session's rows stopped the actors.
+    ousted: watch::Receiver<Option<String>>,
 }
 
 impl Overseer {
@@ -294,6 +300,22 @@ impl Overseer {
     /// The aggregator's counters (flushes, failures, statements per flush).
     pub fn aggregator_stats(&self) -> Arc<AggregatorStats> {
         self.aggregator_stats.clone()
+    }
+
+    /// Resolves when another writer has ended this session's rows (an
+    /// Overseer on another machine given the same hostname took them over),
+    /// with why: the actors have stopped by then, as their verdicts would no
+    /// longer land. A program embedding Overseer ends it ([`Self::shutdown`])
+    /// and says so; `overseer serve` exits with the reason. Pending forever
+    /// while the rows are this session's.
+    pub async fn ousted(&self) -> String {
+        let mut ousted = self.ousted.clone();
+        match ousted.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            // The sender lives as long as the actors' settings: gone only
+            // when they are, and then nothing ousts this session any more.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stops polling, writes the last verdicts, ends the rows with `success`, and

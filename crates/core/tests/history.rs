@@ -482,7 +482,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
             .await
             .unwrap();
         assert_eq!(
-            statements, 2,
+            statements.statements, 2,
             "{:?}: the heartbeat and the insert",
             db.backend
         );
@@ -497,7 +497,7 @@ async fn a_flush_prunes_transitions_older_than_the_retention() {
             .await
             .unwrap();
         assert_eq!(
-            statements, 2,
+            statements.statements, 2,
             "{:?}: the heartbeat and the prune",
             db.backend
         );

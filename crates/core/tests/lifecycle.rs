@@ -304,6 +304,69 @@ async fn a_database_that_refuses_writes_reads_as_an_unhealthy_metadatabase() {
     overseer.shutdown().await.unwrap();
 }
 
+/// Another writer ends this session's rows (an Overseer on another machine,
+/// given the same hostname, found them silent and closed them as a crash's):
+/// this one says so, naming the hostname, stops, and writes nothing more into
+/// the ended rows: no heartbeat, no verdict, no `success` over the `failed`.
+/// On every backend, as each counts the rows an `UPDATE` reached its own way.
+#[tokio::test]
+async fn an_overseer_whose_rows_another_writer_ended_says_so_and_stops() {
+    for db in overseer_testkit::all_backends().await {
+        Migrator::up(&db.conn, None).await.unwrap();
+        let switch = Switch::new(ExecutorHealth::Healthy);
+        let overseer = quick(&db.url, "sched-1")
+            .executor(
+                Executor::new("CeleryExecutor", switch.clone())
+                    .with_instance("redis://broker:6379/0"),
+            )
+            .start()
+            .await
+            .unwrap();
+        let registered = executor_rows(&db.conn).await;
+        let (id, beat) = (registered[0].id, registered[0].latest_heartbeat);
+        rows_until(&db.conn, "a heartbeat and a verdict written", |rows| {
+            rows[0].latest_heartbeat > beat && rows[0].executor_health == "healthy"
+        })
+        .await;
+
+        // The other writer: what its start-up does to rows it finds silent.
+        storage::close_crashed(&db.conn, &[id], Utc::now())
+            .await
+            .unwrap();
+        let closed = row(&db.conn, id).await;
+        switch.set(ExecutorHealth::unhealthy("broker down"));
+        let why = tokio::time::timeout(PATIENCE, overseer.ousted())
+            .await
+            .unwrap_or_else(|_| panic!("{:?}: the ended rows went unnoticed", db.backend));
+        assert!(
+            why.starts_with(
+                "another writer ended 1 of the 1 executor rows this Overseer keeps for \
+                 hostname \"sched-1\" (another Overseer given the same hostname took them over?)"
+            ) && why.ends_with("give each Overseer a hostname of its own ([supervisor] hostname)"),
+            "{:?}: {why}",
+            db.backend
+        );
+        overseer.shutdown().await.unwrap();
+        let after = row(&db.conn, id).await;
+        assert_eq!(
+            (
+                after.state().unwrap(),
+                after.end_date,
+                after.latest_heartbeat,
+                after.executor_health.as_str(),
+            ),
+            (
+                Some(JobState::Failed),
+                closed.end_date,
+                closed.latest_heartbeat,
+                "healthy"
+            ),
+            "{:?}: the ended row is left as the other writer ended it",
+            db.backend
+        );
+    }
+}
+
 /// Two Overseers given one hostname: the second refuses to start, naming the
 /// first, whose rows go on running and heartbeating (it once closed them as a
 /// crash's, and the first went on with its heartbeats landing nowhere). A

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Timelike, Utc};
 use overseer_core::entity::job;
+use overseer_core::history::{HistoryWrite, flush_with_history};
 use overseer_core::storage::{self, ExecutorIdentity, Session, VerdictRow};
 use overseer_core::{ExecutorHealth, JobState, JobType};
 use overseer_migration::{Migrator, MigratorTrait};
@@ -227,9 +228,15 @@ async fn one_flush_writes_every_verdict_exactly_whatever_its_reason_holds() {
                 checked_at,
             },
         ];
-        storage::flush(&db.conn, &session, Utc::now(), &verdicts)
-            .await
-            .unwrap();
+        flush_with_history(
+            &db.conn,
+            &session,
+            Utc::now(),
+            &verdicts,
+            &HistoryWrite::default(),
+        )
+        .await
+        .unwrap();
 
         let rows: Vec<_> = rows_by_id(&db, &ids).await;
         // A healthy verdict's note is its row's reason.
@@ -319,9 +326,15 @@ async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps
             verdict(ids[0], ExecutorHealth::Healthy, made),
             verdict(ids[1], ExecutorHealth::unhealthy("broker down"), made),
         ];
-        storage::flush(&db.conn, &session, at(19, 0, 5, 0), &first)
-            .await
-            .unwrap();
+        flush_with_history(
+            &db.conn,
+            &session,
+            at(19, 0, 5, 0),
+            &first,
+            &HistoryWrite::default(),
+        )
+        .await
+        .unwrap();
         let checked = |rows: &[job::Model]| -> Vec<Option<DateTime<Utc>>> {
             rows.iter().map(|r| r.executor_health_checked_at).collect()
         };
@@ -334,10 +347,16 @@ async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps
         );
 
         // 19:00:10: nothing changed: both verdicts are checked as of the heartbeat.
-        let statements = storage::flush(&db.conn, &session, at(19, 0, 10, 0), &[])
-            .await
-            .unwrap();
-        assert_eq!(statements, 1);
+        let statements = flush_with_history(
+            &db.conn,
+            &session,
+            at(19, 0, 10, 0),
+            &[],
+            &HistoryWrite::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(statements.statements, 1);
         let rows = rows_by_id(&db, &ids).await;
         let beat = Some(at(19, 0, 10, 0));
         assert_eq!(checked(&rows), [beat, beat, None], "{:?}", db.backend);
@@ -349,11 +368,12 @@ async fn a_held_verdicts_checked_at_moves_with_the_heartbeat_and_a_new_one_keeps
 
         // 19:00:15: the second recovered at 19:00:12; the first still holds.
         let recovered = at(19, 0, 12, 0);
-        storage::flush(
+        flush_with_history(
             &db.conn,
             &session,
             at(19, 0, 15, 0),
             &[verdict(ids[1], ExecutorHealth::Healthy, recovered)],
+            &HistoryWrite::default(),
         )
         .await
         .unwrap();
@@ -442,9 +462,15 @@ async fn a_refresh_reads_other_sessions_rows_and_then_only_what_changed() {
 
         // Both sessions heartbeat at 19:00:25: only the other one's row is read.
         for session in [&ours, &theirs] {
-            storage::flush(&db.conn, session, at(19, 0, 25, 0), &[])
-                .await
-                .unwrap();
+            flush_with_history(
+                &db.conn,
+                session,
+                at(19, 0, 25, 0),
+                &[],
+                &HistoryWrite::default(),
+            )
+            .await
+            .unwrap();
         }
         assert_eq!(
             ids(&read_at(&changed, 24).await),

@@ -16,7 +16,9 @@ use crate::cost::{self, Span};
 use crate::entity::history::{Column, Entity as History};
 use crate::error::Result;
 use crate::queued::Routes;
-use crate::storage::{self, Session, VerdictRow, json_statement, timestamp_text, to_micros};
+use crate::storage::{
+    self, Flushed, Session, VerdictRow, json_statement, timestamp_text, to_micros,
+};
 
 /// Deletes the transitions older than `before`: one statement. Returns how
 /// many it deleted.
@@ -106,17 +108,18 @@ impl HistoryWrite {
     }
 }
 
-/// [`storage::flush`], with the history in the same transaction: one multi-row
+/// Writes this session's heartbeats and the verdicts that changed
+/// ([`storage::heartbeats_and_verdicts`]), with the history in the same transaction: one multi-row
 /// `INSERT` of the transitions when there are some, and one `DELETE` of the
 /// old ones when a prune is due; at most four statements, whatever the
-/// number of executors and transitions. Returns the number of statements run.
+/// number of executors and transitions. Returns what it wrote.
 pub async fn flush_with_history<C>(
     db: &C,
     session: &Session,
     now: DateTime<Utc>,
     verdicts: &[VerdictRow],
     history: &HistoryWrite,
-) -> Result<usize>
+) -> Result<Flushed>
 where
     C: ConnectionTrait + TransactionTrait,
 {
@@ -128,22 +131,22 @@ where
         Cow::Owned(history.counted(db).await)
     };
     let txn = db.begin().await?;
-    let mut statements = storage::heartbeats_and_verdicts(&txn, session, now, verdicts).await?;
+    let mut flushed = storage::heartbeats_and_verdicts(&txn, session, now, verdicts).await?;
     if !transitions.is_empty() {
         let backend = txn.get_database_backend();
         txn.execute_raw(insert_statement(backend, &transitions))
             .await?;
-        statements += 1;
+        flushed.statements += 1;
     }
     if let Some(before) = history.prune_before {
         let pruned = prune(&txn, before).await?;
         if pruned > 0 {
             tracing::debug!(rows = pruned, "pruned the executor history");
         }
-        statements += 1;
+        flushed.statements += 1;
     }
     txn.commit().await?;
-    Ok(statements)
+    Ok(flushed)
 }
 
 /// One `INSERT` of every transition, read from one JSON parameter as the

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::Settings;
 use super::thread::Started;
-use crate::actors::aggregator::{AggregatorSettings, UnwrittenTransitions};
+use crate::actors::aggregator::{AggregatorSettings, Ousted, UnwrittenTransitions};
 use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, QueuedSource};
 use crate::check::alarm::AlarmBoard;
 use crate::check::{AsyncChecks, Executor};
@@ -49,6 +49,7 @@ pub(super) async fn start_actors(
     settings: Settings,
     checks: AsyncChecks,
     aggregator_stats: Arc<AggregatorStats>,
+    ousted: Ousted,
 ) -> Result<Started> {
     // Connecting is bounded by the pool's acquire timeout; each step after it
     // by a timeout of its own, so a database that takes connections but does
@@ -144,6 +145,7 @@ pub(super) async fn start_actors(
         thresholds: settings.thresholds,
         history: settings.history,
         routes: routes.clone(),
+        ousted,
     };
     let rows: Vec<(i32, ExecutorIdentity)> = job_ids.into_iter().zip(keys).collect();
     let reader_db = db.clone();

@@ -270,6 +270,7 @@ impl ActorsThread {
     /// the thread.
     pub(super) async fn spawn<F>(
         checks: crate::check::pool::CheckThreads,
+        mut ousted: watch::Receiver<Option<String>>,
         start: impl FnOnce() -> F + Send + 'static,
     ) -> Result<(Self, watch::Receiver<Arc<HealthReport>>)>
     where
@@ -299,11 +300,13 @@ impl ActorsThread {
                     let background = std::mem::take(&mut started.background);
                     let (mut core, reports) = Core::start(started);
                     let _ = ready_tx.send(Ok((reports, core.addresses.subscribe())));
-                    // Run until asked to stop, or until the handle is dropped;
-                    // start a core actor again whenever one ends.
+                    // Run until asked to stop, or until the handle is dropped,
+                    // or until another writer ended this session's rows; start
+                    // a core actor again whenever one ends.
                     loop {
                         tokio::select! {
                             _ = &mut stop_rx => break,
+                            Ok(_) = ousted.wait_for(Option::is_some) => break,
                             (actor, ended) = core.ended() => {
                                 let delay = core.record(actor, ended);
                                 tokio::select! {

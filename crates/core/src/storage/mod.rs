@@ -2,11 +2,10 @@
 //!
 //! Nothing here knows of actors, HTTP or the history; callers own the
 //! connection and decide when to call. Each function issues a fixed number of
-//! statements. What is public is what the service calls, and [`flush`],
-//! which the tests call to write verdicts without the history (the service
-//! writes both at once: [`crate::history::flush_with_history`]); otherwise
-//! tests read and write rows through the entity ([`crate::entity::job`]) like
-//! any other reader of the table.
+//! statements. What is public is what the service calls: verdicts are written
+//! with the history, at once ([`crate::history::flush_with_history`]); tests
+//! call that same path, and read and write rows through the entity
+//! ([`crate::entity::job`]) like any other reader of the table.
 //!
 //! - [`write`](self#functions): registering, heartbeats and verdicts, ending rows.
 //! - `read`: what a report needs, a session's rows, Airflow's running jobs.
@@ -41,7 +40,7 @@ mod write;
 pub use read::{RowsRead, check_schema, read_for_report, report_rows, running_jobs, session_rows};
 pub(crate) use sql::{json_statement, timestamp_literal, timestamp_text, to_micros};
 pub(crate) use write::heartbeats_and_verdicts;
-pub use write::{OpenRow, VerdictRow, close_crashed, finish, flush, open_rows, register};
+pub use write::{Flushed, OpenRow, VerdictRow, close_crashed, finish, open_rows, register};
 
 /// The rows one Overseer process owns: its executor rows carry its host, its
 /// user and its exact start time, which no other process shares.

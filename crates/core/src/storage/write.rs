@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, Order};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Statement, TransactionSession, TransactionTrait,
+    QueryOrder, QuerySelect, Statement,
 };
 
 use super::sql::{json_statement, timestamp_text, to_micros};
@@ -186,54 +186,51 @@ impl VerdictRow {
     }
 }
 
-/// Writes this session's heartbeats and the given verdicts (those that changed)
-/// in one transaction of at most two statements, whatever the number of
-/// executors: one heartbeat update selected by the session, which also moves
-/// every written verdict's `executor_health_checked_at` to `now` (the verdict
-/// holds), and, when `verdicts` is not empty, one update that joins every
-/// changed row. Returns the number of statements run.
-pub async fn flush<C>(
-    db: &C,
-    session: &Session,
-    now: DateTime<Utc>,
-    verdicts: &[VerdictRow],
-) -> Result<usize>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
-    let txn = db.begin().await?;
-    let statements = heartbeats_and_verdicts(&txn, session, now, verdicts).await?;
-    txn.commit().await?;
-    Ok(statements)
-}
-
-/// The statements of [`flush`], in a transaction the caller opened and
-/// commits (the history adds its own to it): the number of statements run.
+/// This session's heartbeats and the given verdicts (those that changed), in
+/// a transaction the caller opened and commits (the history adds its own to
+/// it, [`crate::history::flush_with_history`]): at most two statements,
+/// whatever the number of executors: one heartbeat update selected by the
+/// session, which also moves every written verdict's
+/// `executor_health_checked_at` to `now` (the verdict holds), and, when
+/// `verdicts` is not empty, one update that joins every changed row still
+/// open. Returns what it wrote ([`Flushed`]).
 pub(crate) async fn heartbeats_and_verdicts(
     txn: &impl ConnectionTrait,
     session: &Session,
     now: DateTime<Utc>,
     verdicts: &[VerdictRow],
-) -> Result<usize> {
+) -> Result<Flushed> {
     let now = to_micros(now);
     let held: Expr = Expr::case(
         Column::ExecutorHealthCheckedAt.is_not_null(),
         Expr::val(now),
     )
     .into();
-    Job::update_many()
+    let open = Job::update_many()
         .col_expr(Column::LatestHeartbeat, Expr::val(now))
         .col_expr(Column::ExecutorHealthCheckedAt, held)
         .filter(session.rows())
         .exec(txn)
-        .await?;
+        .await?
+        .rows_affected;
     let mut statements = 1;
     if !verdicts.is_empty() {
         let backend = txn.get_database_backend();
         txn.execute_raw(verdict_update(backend, verdicts)).await?;
         statements += 1;
     }
-    Ok(statements)
+    Ok(Flushed { statements, open })
+}
+
+/// What one flush wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    /// The statements it ran.
+    pub statements: usize,
+    /// This session's rows its heartbeat reached: those still open. Fewer
+    /// than the session registered means another writer ended the rest (an
+    /// Overseer on another machine with the same hostname took them over).
+    pub open: u64,
 }
 
 /// One `UPDATE` that sets every verdict from a derived table of
@@ -269,14 +266,14 @@ fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> Statement {
              executor_health_checked_at = v.checked_at \
              FROM json_to_recordset(CAST($1 AS json)) \
              AS v(id integer, health text, reason text, checked_at timestamptz) \
-             WHERE job.id = v.id"
+             WHERE job.id = v.id AND job.end_date IS NULL"
         }
         DbBackend::MySql => {
             "UPDATE job JOIN JSON_TABLE(?, '$[*]' COLUMNS (id INT PATH '$.id', \
              health VARCHAR(20) PATH '$.health', reason TEXT PATH '$.reason', \
              checked_at DATETIME(6) PATH '$.checked_at')) AS v ON job.id = v.id \
              SET job.executor_health = v.health, job.executor_health_reason = v.reason, \
-             job.executor_health_checked_at = v.checked_at"
+             job.executor_health_checked_at = v.checked_at WHERE job.end_date IS NULL"
         }
         _ => {
             "UPDATE job SET executor_health = v.health, executor_health_reason = v.reason, \
@@ -285,7 +282,7 @@ fn verdict_update(backend: DbBackend, verdicts: &[VerdictRow]) -> Statement {
              json_extract(value, '$.health') AS health, \
              json_extract(value, '$.reason') AS reason, \
              json_extract(value, '$.checked_at') AS checked_at FROM json_each(?)) AS v \
-             WHERE job.id = v.id"
+             WHERE job.id = v.id AND job.end_date IS NULL"
         }
     };
     json_statement(backend, sql, &rows)

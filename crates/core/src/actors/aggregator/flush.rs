@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::history::{self, HistoryWrite};
-use crate::storage::{self, VerdictRow};
+use crate::storage::{self, Flushed, VerdictRow};
 use crate::{connect, duration};
 
 use super::{Aggregator, in_task};
@@ -95,11 +95,15 @@ impl Aggregator {
         &mut self,
         pending: Vec<(usize, u64, VerdictRow)>,
         (last_transition, transitions, pruned): HistoryWritten,
-        result: crate::Result<usize>,
+        result: crate::Result<Flushed>,
         took: Duration,
     ) -> bool {
         match result {
-            Ok(statements) => {
+            Ok(Flushed { statements, open }) => {
+                let registered = self.own.len() as u64;
+                if open < registered {
+                    self.ousted(registered - open, registered);
+                }
                 for (index, version, _) in &pending {
                     self.own[*index].written = *version;
                 }
@@ -138,6 +142,22 @@ impl Aggregator {
                 }
                 false
             }
+        }
+    }
+
+    /// Another writer ended `ended` of this session's `registered` rows: its
+    /// verdicts would no longer land, so it says so, loudly and once, and
+    /// the actors' thread stops (the service exits with the same words).
+    fn ousted(&self, ended: u64, registered: u64) {
+        let hostname = &self.session.hostname;
+        let why = format!(
+            "another writer ended {ended} of the {registered} executor rows this Overseer \
+             keeps for hostname {hostname:?} (another Overseer given the same hostname took \
+             them over?): this one stops, as its verdicts would no longer be written; give \
+             each Overseer a hostname of its own ([supervisor] hostname)"
+        );
+        if self.settings.ousted.say(why.clone()) {
+            tracing::error!("{why}");
         }
     }
 

@@ -131,7 +131,43 @@ pub struct AggregatorSettings {
     /// Which executor runs each task instance: to count what an `unhealthy`
     /// span cost ([`crate::cost`]).
     pub routes: Arc<Routes>,
+    /// Where the aggregator says that another writer ended this session's
+    /// rows.
+    pub ousted: Ousted,
 }
+
+/// Whether another writer ended this session's rows (an Overseer on another
+/// machine given the same hostname took them over): said once, with why, and
+/// the actors' thread and [`crate::Overseer::ousted`] act on it.
+#[derive(Debug, Clone)]
+pub struct Ousted(Arc<watch::Sender<Option<String>>>);
+
+impl Ousted {
+    /// A new one, not ousted, and what watches it.
+    pub fn new() -> (Self, watch::Receiver<Option<String>>) {
+        let (tx, rx) = watch::channel(None);
+        (Self(Arc::new(tx)), rx)
+    }
+
+    /// Says why this session's rows are gone; true the first time.
+    fn say(&self, why: String) -> bool {
+        self.0.send_if_modified(|held| {
+            let first = held.is_none();
+            if first {
+                *held = Some(why);
+            }
+            first
+        })
+    }
+}
+
+impl PartialEq for Ousted {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Ousted {}
 
 /// Where the aggregator is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
