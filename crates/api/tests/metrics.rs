@@ -10,7 +10,7 @@ use actix_web::{App, test, web};
 use overseer_core::ExecutorHealth;
 use overseer_core::HealthReport;
 use overseer_core::detail::Detail;
-use support::{Harness, executor_row, full_report, queue, report_with_detail};
+use support::{Harness, executor_row, full_report, healthy_report, queue, report_with_detail};
 
 /// The body of `GET /metrics` while `report` is the published one.
 async fn scrape(report: HealthReport) -> String {
@@ -426,4 +426,46 @@ async fn no_per_executor_sample_carries_prometheus_instance_label() {
             "{family} has no per-executor sample in:\n{body}"
         );
     }
+}
+
+/// The evidence (every worker and queue, most of a scrape with a large fleet)
+/// is encoded once per published report: two scrapes of one report serve the
+/// same lines, and the first scrape after a new report serves the new one's,
+/// never the old; what ages with the clock is read at every scrape.
+#[actix_web::test]
+async fn each_scrape_serves_the_evidence_of_the_report_published_last() {
+    let harness = Harness::new(full_report(), 4);
+    let app = test::init_service(
+        App::new()
+            .app_data(web::Data::new(harness.state.clone()))
+            .configure(overseer_api::routes),
+    )
+    .await;
+    let scrape = || async {
+        let request = test::TestRequest::get().uri("/metrics").to_request();
+        String::from_utf8(test::call_and_read_body(&app, request).await.to_vec()).unwrap()
+    };
+    let first = scrape().await;
+    let again = scrape().await;
+    let depth = |body: &str| -> Vec<String> {
+        samples(body, "overseer_queue_depth")
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(depth(&first).len(), 2, "{first}");
+    assert_eq!(depth(&again), depth(&first));
+    let verdicts = |body: &str| samples(body, "overseer_executor_health").len();
+    assert_eq!(verdicts(&again), verdicts(&first));
+
+    // The same rows, their evidence gone (a check that read nothing).
+    harness.reports.send(Arc::new(healthy_report())).unwrap();
+    let after = scrape().await;
+    assert_eq!(depth(&after), Vec::<String>::new(), "{after}");
+    assert!(samples(&after, "overseer_worker_up").is_empty(), "{after}");
+    assert_eq!(verdicts(&after), 1, "{after}");
+
+    // And back: the evidence returns with the report that carries it.
+    harness.reports.send(Arc::new(full_report())).unwrap();
+    assert_eq!(depth(&scrape().await), depth(&first));
 }

@@ -3,6 +3,11 @@
 //! The numbers live where they are made (the actors' atomic counters, the
 //! published report); a scrape reads them and builds the metric families, so
 //! nothing is recorded twice and a scrape takes no lock an actor waits on.
+//! The evidence's families (below: every worker, queue and broker) depend on
+//! the published report alone, so they are encoded once per report, as the
+//! health JSON is rendered once, and a scrape between two reports copies them;
+//! what ages with the clock (the verdicts' and the components' ages) and the
+//! counters are read at every scrape.
 //!
 //! # The executor's instance: `executor_instance`
 //!
@@ -53,8 +58,8 @@
 //! ([`ApiState::with_extra_metrics`](crate::ApiState::with_extra_metrics)), read
 //! at each scrape like the actors' counters: this crate knows no alert.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 mod canary;
 mod evidence;
@@ -103,6 +108,18 @@ pub struct Metrics {
     reports: watch::Receiver<Arc<HealthReport>>,
     /// The serving program's own counters (see [`ExtraMetrics`]).
     extra: Vec<Arc<dyn ExtraMetrics>>,
+    /// The evidence's families, encoded for the report they were read from.
+    evidence: Arc<Mutex<Option<Encoded>>>,
+}
+
+/// The families that the published report alone decides (the evidence: every
+/// worker, queue and broker this host's checks read), encoded once per report
+/// as the health JSON is rendered once: with 1,000 workers they are nearly
+/// all of a scrape, and a scrape between two reports copies them.
+struct Encoded {
+    /// The report they were read from (the same `Arc` while it is current).
+    report: Arc<HealthReport>,
+    text: Arc<[u8]>,
 }
 
 impl Metrics {
@@ -116,6 +133,7 @@ impl Metrics {
             aggregator,
             reports,
             extra: Vec::new(),
+            evidence: Arc::default(),
         }
     }
 
@@ -128,6 +146,7 @@ impl Metrics {
             aggregator: self.aggregator.clone(),
             reports: self.reports.clone(),
             extra: all,
+            evidence: self.evidence.clone(),
         }
     }
 
@@ -137,6 +156,55 @@ impl Metrics {
     /// the serving program's own, in that order.
     pub fn gather(&self) -> Vec<MetricFamily> {
         let report = self.reports.borrow().clone();
+        let mut families = evidence_of(&report);
+        families.extend(self.live(&report));
+        families
+    }
+
+    /// The scrape's body in Prometheus' text format: the evidence's families
+    /// as encoded for the current report, then the rest (the verdicts and
+    /// their ages, the components, the counters, `more`) encoded now.
+    pub fn render(&self, more: Vec<MetricFamily>) -> prometheus::Result<Vec<u8>> {
+        let report = self.reports.borrow().clone();
+        let evidence = self.evidence_text(&report)?;
+        let mut live = self.live(&report);
+        live.extend(more);
+        live.retain(|f| !f.get_metric().is_empty());
+        let mut body = Vec::with_capacity(evidence.len() + 16 * 1024);
+        body.extend_from_slice(&evidence);
+        TextEncoder::new().encode(&live, &mut body)?;
+        Ok(body)
+    }
+
+    /// The evidence's families of `report`, encoded: kept from an earlier
+    /// scrape of the same report, else encoded now and kept.
+    fn evidence_text(&self, report: &Arc<HealthReport>) -> prometheus::Result<Arc<[u8]>> {
+        if let Some(kept) = self
+            .evidence
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            && Arc::ptr_eq(&kept.report, report)
+        {
+            return Ok(kept.text.clone());
+        }
+        // Encoded outside the lock: a scrape that finds another encoding waits
+        // for no one, and two that race encode the same bytes.
+        let mut families = evidence_of(report);
+        families.retain(|f| !f.get_metric().is_empty());
+        let mut text = Vec::new();
+        TextEncoder::new().encode(&families, &mut text)?;
+        let text: Arc<[u8]> = text.into();
+        *self.evidence.lock().unwrap_or_else(|e| e.into_inner()) = Some(Encoded {
+            report: report.clone(),
+            text: text.clone(),
+        });
+        Ok(text)
+    }
+
+    /// The families read at each scrape: what ages with the clock (the
+    /// verdicts' and the components' ages) and the counters.
+    fn live(&self, report: &HealthReport) -> Vec<MetricFamily> {
         let now = Utc::now();
         let rows: Vec<&ExecutorInstance> = report
             .executor
@@ -149,13 +217,8 @@ impl Metrics {
             .collect();
         [
             verdicts(&rows, now),
-            evidence::workers(&detailed),
-            evidence::worker_events(&detailed),
-            evidence::queues(&detailed),
-            evidence::queued_tasks(&detailed),
-            evidence::capacity(&detailed),
             canary::canary(&self.executors, &detailed),
-            components(&report, now),
+            components(report, now),
             polls::executors(&self.executors),
             aggregator(&self.aggregator),
             extra(&self.extra),
@@ -164,6 +227,26 @@ impl Metrics {
         .flatten()
         .collect()
     }
+}
+
+/// The families `report`'s evidence alone decides (no clock, no counter).
+fn evidence_of(report: &HealthReport) -> Vec<MetricFamily> {
+    let detailed: Vec<(&ExecutorInstance, &Detail)> = report
+        .executor
+        .iter()
+        .flat_map(|e| e.instances.iter())
+        .filter_map(|i| Some((i, i.detail.as_deref()?)))
+        .collect();
+    [
+        evidence::workers(&detailed),
+        evidence::worker_events(&detailed),
+        evidence::queues(&detailed),
+        evidence::queued_tasks(&detailed),
+        evidence::capacity(&detailed),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// The labels that name an executor instance on every per-executor series,
@@ -395,21 +478,19 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>)
     responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String))
 )]
 pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
-    let encoder = TextEncoder::new();
-    let mut body = Vec::new();
-    let mut families = state.metrics.gather();
-    families.push(family(
+    let streams = family(
         "overseer_stream_clients",
         "Server-Sent Events clients connected now (at most api.max_stream_clients).",
         MetricType::GAUGE,
         vec![gauge(vec![], state.stream_places.open() as f64)],
-    ));
-    families.retain(|f| !f.get_metric().is_empty());
-    if let Err(e) = encoder.encode(&families, &mut body) {
-        tracing::error!(error = %e, "cannot encode metrics");
-        return HttpResponse::InternalServerError().finish();
+    );
+    match state.metrics.render(vec![streams]) {
+        Ok(body) => HttpResponse::Ok()
+            .content_type(TextEncoder::new().format_type())
+            .body(body),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode metrics");
+            HttpResponse::InternalServerError().finish()
+        }
     }
-    HttpResponse::Ok()
-        .content_type(encoder.format_type())
-        .body(body)
 }

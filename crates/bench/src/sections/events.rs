@@ -5,7 +5,9 @@
 //! a RabbitMQ virtual host of the harness's own (the `celeryev` topic
 //! exchange). `overseer serve` (release) supervises a Celery executor on that
 //! broker, with `worker_events` on, then off, under the same stream: its CPU
-//! and the broker's, as a share of one core, over each window.
+//! and the broker's, as a share of one core, over each window. With every
+//! worker heard on Redis, `/metrics` (its body naming each worker) is put
+//! under load beside a bare actix-web route serving the same bytes.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -22,8 +24,9 @@ use overseer_testkit::rabbitmq::VirtualHost;
 use overseer_testkit::throwaway::ThrowawayRedis;
 
 use crate::plan::Plan;
-use crate::process::{self, get_json};
+use crate::process::{self, get, get_json};
 use crate::report::{Body, table};
+use crate::sections::http::{BARE_PATH, Load, start_bare, wrk};
 use crate::stats::{Summary, count};
 use crate::system;
 
@@ -35,6 +38,20 @@ const FREQ: Duration = Duration::from_secs(2);
 
 /// The figure the issue sets: ingesting them costs Overseer under 5 % of a core.
 const TARGET_PERCENT: f64 = 5.0;
+
+/// wrk's connections and seconds for each `/metrics` run.
+const SCRAPE_LOAD: (u32, u32) = (8, 4);
+
+/// The goal: `/metrics` with every worker named answers at least this share
+/// of what a bare route serving the same bytes does.
+const SCRAPE_TARGET: f64 = 0.9;
+
+/// `/metrics` under load with every worker heard, beside the reference.
+struct Scrapes {
+    overseer: Vec<Load>,
+    bare: Vec<Load>,
+    bytes: usize,
+}
 
 /// How long the harness waits for Overseer to have heard every worker.
 const HEARD_DEADLINE: Duration = Duration::from_secs(60);
@@ -190,7 +207,7 @@ async fn measure(
     runs: usize,
     warm_up: Duration,
     seconds: f64,
-) -> Result<(Vec<Window>, usize)> {
+) -> Result<(Vec<Window>, usize, Option<Scrapes>)> {
     let dir = tempfile::tempdir()?;
     std::fs::write(
         dir.path().join("overseer.toml"),
@@ -255,6 +272,11 @@ async fn measure(
             broker: broker_spent.map(|s| s / wall * 100.0),
         });
     }
+    let scrapes = if events && matches!(broker, Broker::Redis { .. }) {
+        Some(scrapes(&addr, dir.path(), runs)?)
+    } else {
+        None
+    };
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     server.check_alive()?;
     server.stop();
@@ -263,7 +285,31 @@ async fn measure(
         Ok(Err(e)) => return Err(e).context("the heartbeat publisher"),
         Err(e) => return Err(anyhow!("the heartbeat publisher: {e}")),
     }
-    Ok((windows, heard))
+    Ok((windows, heard, scrapes))
+}
+
+/// `runs` pairs of wrk runs, back to back: a bare actix-web route serving the
+/// bytes of one `/metrics` body, then `/metrics` itself.
+fn scrapes(addr: &str, dir: &Path, runs: usize) -> Result<Scrapes> {
+    let url = format!("http://{addr}/metrics");
+    let (_, body) = get(&url).context("/metrics answered nothing")?;
+    let (mut bare, bare_addr) = start_bare(dir, &body)?;
+    let (connections, seconds) = SCRAPE_LOAD;
+    let mut scrapes = Scrapes {
+        overseer: Vec::with_capacity(runs),
+        bare: Vec::with_capacity(runs),
+        bytes: body.len(),
+    };
+    for _ in 0..runs {
+        scrapes.bare.push(wrk(
+            &format!("http://{bare_addr}{BARE_PATH}"),
+            connections,
+            seconds,
+        )?);
+        scrapes.overseer.push(wrk(&url, connections, seconds)?);
+    }
+    bare.stop();
+    Ok(scrapes)
 }
 
 pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
@@ -283,10 +329,12 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
     }
     let mut rows = Vec::new();
     let mut worst_on = 0.0_f64;
+    let mut scraped = None;
     for broker in &brokers {
         for events in [true, false] {
             match measure(bin, broker, events, runs, warm_up, seconds).await {
-                Ok((windows, heard)) => {
+                Ok((windows, heard, scrapes)) => {
+                    scraped = scraped.or(scrapes);
                     let overseer: Vec<f64> = windows.iter().map(|w| w.overseer).collect();
                     let on_broker: Vec<f64> = windows.iter().filter_map(|w| w.broker).collect();
                     let overseer = Summary::of(&overseer).ok_or_else(|| anyhow!("no window"))?;
@@ -342,5 +390,48 @@ pub async fn run(plan: &Plan, bin: &Path) -> Result<Body> {
         "Target: ingesting {WORKERS} workers' heartbeats costs Overseer under \
          {TARGET_PERCENT} % of a core: **{met}** ({worst_on:.2} % at most)."
     );
+    if let Some(scrapes) = scraped {
+        write_scrapes(&mut text, &scrapes);
+    }
     Ok(Body { text, problems })
+}
+
+/// The `/metrics` table: req/s and p50 of each, and the ratio to the reference.
+fn write_scrapes(text: &mut String, scrapes: &Scrapes) {
+    let rps = |loads: &[Load]| Summary::of(&loads.iter().map(|l| l.rps).collect::<Vec<_>>());
+    let p50 = |loads: &[Load]| Summary::of(&loads.iter().map(|l| l.p50_ms).collect::<Vec<_>>());
+    let (Some(overseer), Some(bare)) = (rps(&scrapes.overseer), rps(&scrapes.bare)) else {
+        return;
+    };
+    let ratio = overseer.median / bare.median;
+    let cell = |s: Option<Summary>| s.map_or("–".into(), |s| s.cell(1));
+    let rows = vec![
+        vec![
+            "bare actix-web route, the same bytes (the reference)".to_owned(),
+            bare.cell(0),
+            cell(p50(&scrapes.bare)),
+        ],
+        vec![
+            "Overseer `/metrics`".to_owned(),
+            overseer.cell(0),
+            cell(p50(&scrapes.overseer)),
+        ],
+    ];
+    let (connections, seconds) = SCRAPE_LOAD;
+    let met = if ratio >= SCRAPE_TARGET {
+        "met"
+    } else {
+        "missed"
+    };
+    let _ = write!(
+        text,
+        "\n`/metrics` with the {WORKERS} workers heard (Redis, `worker_events` on, the \
+         publisher still running): a body of {} naming every worker, under wrk ({connections} \
+         connections, {seconds}s a run, {} back to back with the reference), median (min–max).\n\n{}\n\
+         Target: at least {SCRAPE_TARGET} of the reference's requests a second: **{met}** \
+         ({ratio:.2}).\n",
+        crate::stats::bytes(scrapes.bytes as f64),
+        count(scrapes.overseer.len(), "pair"),
+        table(&["endpoint", "requests/s", "p50, ms"], &rows),
+    );
 }

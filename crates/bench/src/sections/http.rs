@@ -41,10 +41,11 @@ pub(crate) use airflow::{
     airflow_variables,
 };
 pub use bare::serve_bare;
+pub(crate) use bare::{BARE_PATH, start_bare};
 pub(crate) use load::{Load, WRK_THREADS, WRK_TIMEOUT, wrk};
 
 use airflow::airflow_recipe;
-use bare::{BARE_LABEL, BARE_PATH, start_bare};
+use bare::BARE_LABEL;
 use sse::sse_memory;
 
 /// `overseer serve`'s default log filter (`DEFAULT_FILTER` in the binary's

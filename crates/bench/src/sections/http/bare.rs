@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use crate::process::{self, Server};
 
 /// The reference route's path: the health endpoint's, so wrk's requests are the same bytes.
-pub(super) const BARE_PATH: &str = "/api/v2/monitor/health";
+pub(crate) const BARE_PATH: &str = "/api/v2/monitor/health";
 
 /// The `bare-route` scenario: one actix-web route at [`BARE_PATH`] answering
 /// the bytes of `body` (the health endpoint's JSON, saved by the section) with
@@ -49,7 +49,7 @@ pub fn serve_bare(body: &Path) -> Result<()> {
 }
 
 /// Starts the [`serve_bare`] reference serving `body`, and waits for its address.
-pub(super) fn start_bare(dir: &Path, body: &str) -> Result<(Server, String)> {
+pub(crate) fn start_bare(dir: &Path, body: &str) -> Result<(Server, String)> {
     let path = dir.join("bare-body.json");
     std::fs::write(&path, body)?;
     let mut command = process::clean_command(std::env::current_exe()?, dir);
