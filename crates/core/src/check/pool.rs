@@ -5,7 +5,8 @@
 //! `std::thread::sleep`, a synchronous client inside an `async fn`) holds the
 //! thread that polls it; on a plain runtime of two threads, two such checks
 //! would stop every other async check. Here a watchdog looks at the pool's
-//! threads every [`WATCH_EVERY`]:
+//! threads every [`WATCH_EVERY`] while a poll runs on them (and sleeps, with no
+//! timer, while none does):
 //!
 //! - a poll that has run longer than [`STALL_AFTER`] gives its thread to its
 //!   check, for good: the thread polls that check alone until it ends (a thread

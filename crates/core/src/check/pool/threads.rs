@@ -3,6 +3,7 @@
 //! blocking is given, and the watchdog that finds it (see [`super`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Instant;
@@ -31,6 +32,7 @@ impl CheckThreads {
             workers: Mutex::new(Vec::new()),
             io: io.handle().clone(),
             watchdog: OnceLock::new(),
+            polling: AtomicUsize::new(0),
             live: Mutex::new(HashMap::new()),
         });
         let started = Self { pool, io };
@@ -94,8 +96,11 @@ pub(super) struct Shared {
     pub(super) workers: Mutex<Vec<Arc<Worker>>>,
     /// The runtime every check thread enters: IO, timers, spawned tasks.
     pub(super) io: tokio::runtime::Handle,
-    /// Unparked to stop.
+    /// Unparked to stop, and when a poll starts while none ran.
     watchdog: OnceLock<Thread>,
+    /// Polls running now on the pool's threads: while none does, the
+    /// watchdog has nothing to watch and sleeps without a timer.
+    polling: AtomicUsize,
     /// Every task that waited for a wake and is not done yet, by address: the
     /// pool owns them, as a runtime owns its tasks, so a check that waits on
     /// nothing (a future that never wakes) is held, not dropped, and ends only
@@ -192,12 +197,14 @@ fn work(pool: &Shared, me: &Worker) {
     me.thread.get_or_init(std::thread::current);
     while let Some(task) = pool.next() {
         lock(&me.slot).polling = Some((Instant::now(), task.clone()));
+        pool.poll_started();
         let ready = task.poll_once();
         let given = {
             let mut slot = lock(&me.slot);
             slot.polling = None;
             slot.given
         };
+        pool.polling.fetch_sub(1, Ordering::AcqRel);
         // Settled only now: had the watchdog given this thread to the task,
         // its wakes already come here.
         match task.settle(ready) {
@@ -243,11 +250,30 @@ pub(super) fn own_thread(task: Arc<Task>) {
     }
 }
 
+impl Shared {
+    /// A pool thread begins a poll: the first of several wakes the watchdog.
+    fn poll_started(&self) {
+        if self.polling.fetch_add(1, Ordering::AcqRel) == 0
+            && let Some(watchdog) = self.watchdog.get()
+        {
+            watchdog.unpark();
+        }
+    }
+}
+
 /// The watchdog: gives a thread whose poll overran [`STALL_AFTER`] to its task,
-/// and puts a new thread in the pool in its place.
+/// and puts a new thread in the pool in its place. It looks every
+/// [`WATCH_EVERY`] while a poll runs, and sleeps without a timer while none
+/// does (an idle Overseer's checks poll for microseconds every few seconds):
+/// the first poll to start wakes it (an unpark before its park is kept, so
+/// none is missed).
 fn watch(pool: &Arc<Shared>) {
     loop {
-        std::thread::park_timeout(WATCH_EVERY);
+        if pool.polling.load(Ordering::Acquire) == 0 {
+            std::thread::park();
+        } else {
+            std::thread::park_timeout(WATCH_EVERY);
+        }
         if lock(&pool.queue).stopped {
             return;
         }
