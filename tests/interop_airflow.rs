@@ -260,7 +260,7 @@ async fn migrate(run: &mut Run, db: &TestDb, timings: &mut Timings) {
 /// says little about a busy one's).
 async fn explain_the_queued_query(db: &TestDb) {
     for by_team in [false, true] {
-        let sql = overseer_core::queued::query(
+        let sql = overseer_core::airflow::queued::query(
             DbBackend::Postgres,
             &[MAX_QUEUED_AGE],
             Utc::now(),

@@ -259,7 +259,7 @@ struct JsonBody<'a> {
     reason: Option<&'a str>,
     since: String,
     unhealthy_since: String,
-    cost: Option<overseer_core::cost::FaultCost>,
+    cost: Option<overseer_core::airflow::cost::FaultCost>,
     sent_at: String,
     overseer: &'static str,
 }
@@ -359,7 +359,7 @@ mod tests {
                 reason: None,
                 since: t0 + chrono::Duration::seconds(183),
                 unhealthy_since: t0,
-                cost: Some(overseer_core::cost::FaultCost {
+                cost: Some(overseer_core::airflow::cost::FaultCost {
                     failed: 3,
                     up_for_retry: 1,
                 }),

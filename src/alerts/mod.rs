@@ -41,7 +41,7 @@ use std::time::Duration;
 use overseer_api::metrics::{CounterFamily, ExtraMetrics};
 use overseer_core::HealthReport;
 use overseer_core::Overseer;
-use overseer_core::cost::FaultCost;
+use overseer_core::airflow::cost::FaultCost;
 use overseer_core::history::{HistoryFilter, HistoryReader, MAX_LIMIT};
 use overseer_core::report::ExecutorHealthKind;
 use tokio::sync::watch;

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use overseer_core::cost::FaultCost;
+use overseer_core::airflow::cost::FaultCost;
 use overseer_core::report::ExecutorHealthKind;
 use serde::Serialize;
 use tokio::time::Instant;

@@ -368,9 +368,9 @@ pub fn default_max_queued_age() -> Duration {
     overseer_core::rules::DEFAULT_MAX_QUEUED_AGE
 }
 
-/// `canary_max_pickup` by default: 2 min ([`overseer_core::canary::DEFAULT_MAX_PICKUP`]).
+/// `canary_max_pickup` by default: 2 min ([`overseer_core::rules::canary::DEFAULT_MAX_PICKUP`]).
 pub fn default_canary_max_pickup() -> Duration {
-    overseer_core::canary::DEFAULT_MAX_PICKUP
+    overseer_core::rules::canary::DEFAULT_MAX_PICKUP
 }
 
 /// `worker_concurrency` by default: Airflow's 16.
@@ -380,12 +380,12 @@ pub fn default_worker_concurrency() -> u32 {
 
 /// `parallelism` by default: Airflow's 32.
 pub fn default_parallelism() -> u32 {
-    overseer_core::capacity::DEFAULT_PARALLELISM
+    overseer_core::rules::capacity::DEFAULT_PARALLELISM
 }
 
-/// `max_at_capacity` by default: 5 min ([`overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY`]).
+/// `max_at_capacity` by default: 5 min ([`overseer_core::rules::capacity::DEFAULT_MAX_AT_CAPACITY`]).
 pub fn default_max_at_capacity() -> Duration {
-    overseer_core::capacity::DEFAULT_MAX_AT_CAPACITY
+    overseer_core::rules::capacity::DEFAULT_MAX_AT_CAPACITY
 }
 
 /// A switch that is on unless turned off.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::detail::Observation;
 use crate::job::ExecutorHealth;
+use crate::rules::Settings as RuleSettings;
 
 pub use alarm::Alarm;
 pub use pool::{AsyncChecks, CheckRunner};
@@ -130,10 +131,10 @@ pub struct Executor {
     /// rules off ([`crate::rules`]).
     pub max_queued_age: Duration,
     /// How long a queued canary may wait for a worker before the executor is
-    /// unhealthy; `ZERO` turns that rule off ([`crate::canary`]).
+    /// unhealthy; `ZERO` turns that rule off ([`crate::rules::canary`]).
     pub canary_max_pickup: Duration,
     /// Airflow's `[core] parallelism`: the slots this executor has per live
-    /// scheduler ([`crate::capacity`]).
+    /// scheduler ([`crate::rules::capacity`]).
     pub parallelism: u32,
     /// How long every slot may stay taken while tasks wait in `scheduled`
     /// before the executor is unhealthy; `ZERO` turns that rule off.
@@ -155,16 +156,10 @@ impl Executor {
         executor_class: impl Into<String>,
         factory: impl Fn() -> C + Send + Sync + 'static,
     ) -> Self {
-        Self {
-            executor_class: executor_class.into(),
-            instance: None,
-            max_queued_age: crate::rules::DEFAULT_MAX_QUEUED_AGE,
-            canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
-            parallelism: crate::capacity::DEFAULT_PARALLELISM,
-            max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
-            alarm: None,
-            factory: Arc::new(move || Check::Async(Arc::new(factory()))),
-        }
+        Self::made(
+            executor_class.into(),
+            Arc::new(move || Check::Async(Arc::new(factory()))),
+        )
     }
 
     /// An executor whose check blocks; each (re)start gets a fresh clone of it.
@@ -172,15 +167,34 @@ impl Executor {
         executor_class: impl Into<String>,
         check: C,
     ) -> Self {
+        Self::made(
+            executor_class.into(),
+            Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
+        )
+    }
+
+    /// An executor of `factory`'s checks, every rule at its default.
+    fn made(executor_class: String, factory: CheckFactory) -> Self {
+        let rules = RuleSettings::default();
         Self {
-            executor_class: executor_class.into(),
+            executor_class,
             instance: None,
-            max_queued_age: crate::rules::DEFAULT_MAX_QUEUED_AGE,
-            canary_max_pickup: crate::canary::DEFAULT_MAX_PICKUP,
-            parallelism: crate::capacity::DEFAULT_PARALLELISM,
-            max_at_capacity: crate::capacity::DEFAULT_MAX_AT_CAPACITY,
+            max_queued_age: rules.max_queued_age,
+            canary_max_pickup: rules.canary_max_pickup,
+            parallelism: rules.parallelism,
+            max_at_capacity: rules.max_at_capacity,
             alarm: None,
-            factory: Arc::new(move || Check::Blocking(Arc::new(check.clone()))),
+            factory,
+        }
+    }
+
+    /// What its rules are told ([`crate::rules::Rules::standard`]).
+    pub fn rules(&self) -> RuleSettings {
+        RuleSettings {
+            max_queued_age: self.max_queued_age,
+            canary_max_pickup: self.canary_max_pickup,
+            parallelism: self.parallelism,
+            max_at_capacity: self.max_at_capacity,
         }
     }
 

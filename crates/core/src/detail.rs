@@ -125,11 +125,11 @@ pub struct Detail {
     /// with `worker_events`); empty when there is none.
     pub worker_events: Vec<EventsDetail>,
     /// The canary's latest runs on this executor's queues
-    /// ([`crate::canary`]); `null` when the canary DAG is not installed, or
+    /// ([`crate::airflow::canary`]); `null` when the canary DAG is not installed, or
     /// Airflow's tables cannot be read.
     pub canary: Option<CanaryDetail>,
     /// The executor's slots and the task instances taking them or waiting
-    /// ([`crate::capacity`]); `null` when Airflow's tables cannot be read.
+    /// ([`crate::airflow::capacity`]); `null` when Airflow's tables cannot be read.
     pub capacity: Option<CapacityDetail>,
 }
 
@@ -329,7 +329,7 @@ pub struct WorkerHeartbeat {
 }
 
 fn timestamp<S: serde::Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&crate::report::airflow_timestamp(*at))
+    serializer.serialize_str(&crate::timestamp::airflow_timestamp(*at))
 }
 
 /// One load average (`0.42`): a number that compares by its bits, so that the

@@ -41,11 +41,12 @@ use sea_orm::{
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
-use crate::cost::FaultCost;
+use crate::airflow::cost::FaultCost;
 use crate::entity::history::{self, Column, Entity as History};
 use crate::error::{Error, Result};
-use crate::report::{ExecutorHealthKind, airflow_timestamp};
+use crate::job::ExecutorHealthKind;
 use crate::storage::to_micros;
+use crate::timestamp::airflow_timestamp;
 
 mod write;
 
@@ -125,7 +126,7 @@ pub struct Transition {
     pub at: DateTime<Utc>,
     /// On a transition out of `unhealthy`: what the span cost the executor,
     /// its task instances that ended `failed` or went `up_for_retry`
-    /// meanwhile ([`crate::cost`]); `null` when not counted (any other
+    /// meanwhile ([`crate::airflow::cost`]); `null` when not counted (any other
     /// transition, or Airflow's `task_instance` could not be read).
     pub cost: Option<FaultCost>,
 }

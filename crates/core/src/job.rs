@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::error::Error;
 use crate::reason::Reason;
@@ -98,6 +99,53 @@ pub enum ExecutorHealth {
     },
 }
 
+/// The word of an executor's verdict, as `job.executor_health` stores it: an
+/// `ExecutorHealth` without its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorHealthKind {
+    Healthy,
+    Unhealthy,
+    Unknown,
+}
+
+impl ExecutorHealthKind {
+    /// Every state.
+    pub const ALL: [ExecutorHealthKind; 3] = [Self::Healthy, Self::Unhealthy, Self::Unknown];
+
+    /// The state of a verdict.
+    pub const fn of(health: &ExecutorHealth) -> Self {
+        match health {
+            ExecutorHealth::Healthy => Self::Healthy,
+            ExecutorHealth::Unhealthy { .. } => Self::Unhealthy,
+            ExecutorHealth::Unknown { .. } => Self::Unknown,
+        }
+    }
+
+    /// The string stored in `job.executor_health` and in the history.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::str::FromStr for ExecutorHealthKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| Error::UnexpectedValue {
+                column: "executor_health",
+                value: s.to_owned(),
+            })
+    }
+}
+
 /// The reason of a verdict no check has given yet.
 pub const NOT_CHECKED_YET: &str = "not checked yet";
 
@@ -133,10 +181,9 @@ impl ExecutorHealth {
         matches!(self, Self::Unknown { .. })
     }
 
-    /// The string stored in `job.executor_health`: its
-    /// [`ExecutorHealthKind`](crate::report::ExecutorHealthKind)'s.
+    /// The string stored in `job.executor_health`: its [`ExecutorHealthKind`]'s.
     pub const fn as_str(&self) -> &'static str {
-        crate::report::ExecutorHealthKind::of(self).as_str()
+        ExecutorHealthKind::of(self).as_str()
     }
 
     /// The reason stored in `job.executor_health_reason`: `unhealthy`'s and

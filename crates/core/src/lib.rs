@@ -17,10 +17,10 @@
 //!   queues, workers, task instances queued.
 //! - [`rules`]: whether work flows: the rules that turn the evidence into a
 //!   verdict, one module each, registered in one list.
-//! - [`queued`], [`canary`], [`capacity`], [`reader`]: what is read from
-//!   Airflow's tables for the rules.
+//! - [`airflow`]: what is read from Airflow's tables: which executor runs a
+//!   task ([`airflow::routes`]), the task instances queued, the canary's runs,
+//!   the slots, the one reader of them all, and what an `unhealthy` span cost.
 //! - [`actors`]: `ExecutorActor`, `HealthSupervisor` and `Aggregator` (actix).
-//! - [`cost`]: what an `unhealthy` span cost its executor: task instances lost.
 //! - [`history`]: every change of a verdict's state, in a table of Overseer's
 //!   own: written with the verdict, read by the API, pruned.
 //! - [`report`]: the [`HealthReport`], built by pure functions from job rows.
@@ -31,6 +31,7 @@
 //! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
 //! - [`reason`]: the one sanitiser of every reason: one line, capped, lists counted.
 //! - [`connect`]: the database pool's options, one set for every caller.
+//! - [`timestamp`]: times as Airflow's JSON writes them.
 //! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`); cutoffs
 //!   that never overflow ([`duration::before`]).
 //! - [`error`]: this crate's one error type and its `Result` alias.
@@ -38,12 +39,10 @@
 //!   bounded in size and time.
 
 pub mod actors;
+pub mod airflow;
 pub mod backoff;
-pub mod canary;
-pub mod capacity;
 pub mod check;
 pub mod connect;
-pub mod cost;
 pub mod detail;
 pub mod duration;
 pub mod entity;
@@ -52,14 +51,13 @@ pub mod file;
 pub mod history;
 pub mod job;
 pub mod overseer;
-pub mod queued;
-pub mod reader;
 pub mod reason;
 pub mod report;
 pub mod rules;
 pub mod secret;
 pub mod stats;
 pub mod storage;
+pub mod timestamp;
 
 pub use check::{BlockingHealthCheck, Executor, HealthCheck, NoCheck};
 pub use detail::{Detail, Observation};

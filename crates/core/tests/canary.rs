@@ -7,8 +7,8 @@
 //! `ti_dag_run` (the bench measures the read at a million rows).
 
 use chrono::{DateTime, Utc};
-use overseer_core::canary::{self, DAG_ID};
-use overseer_core::queued::Routes;
+use overseer_core::airflow::canary::{self, DAG_ID};
+use overseer_core::airflow::routes::Routes;
 use overseer_testkit::TestDb;
 use sea_orm::DbBackend;
 use std::time::Duration;

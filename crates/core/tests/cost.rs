@@ -7,10 +7,10 @@
 use crate::support;
 
 use chrono::{DateTime, Utc};
-use overseer_core::cost::{self, FaultCost, Span};
+use overseer_core::airflow::cost::{self, FaultCost, Span};
+use overseer_core::airflow::routes::Routes;
 use overseer_core::entity::history as history_row;
 use overseer_core::history::Transition;
-use overseer_core::queued::Routes;
 use overseer_core::report::ExecutorHealthKind;
 use overseer_core::{Executor, ExecutorHealth};
 use overseer_migration::{Migrator, MigratorTrait};

@@ -7,8 +7,9 @@ use crate::support;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use overseer_core::airflow::queued::{self, QueuedRow};
+use overseer_core::airflow::routes::Routes;
 use overseer_core::detail::QueuedOnQueue;
-use overseer_core::queued::{self, QueuedRow, Routes};
 use overseer_core::{Executor, ExecutorHealth, HealthReport};
 use overseer_migration::{Migrator, MigratorTrait};
 use overseer_testkit::TestDb;

@@ -1,4 +1,4 @@
-//! The canary on `/metrics` ([`overseer_core::canary`]): per executor and
+//! The canary on `/metrics` ([`overseer_core::airflow::canary`]): per executor and
 //! queue the canary runs on, how long workers took to start it (a histogram,
 //! each canary counted once), how long one waits now, and when one last
 //! succeeded.

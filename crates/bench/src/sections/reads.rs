@@ -1,8 +1,8 @@
 //! Section 11: Airflow's tables read at a million task instances. Every poll
 //! interval one reader asks Airflow's database, for every executor together:
-//! the queued task instances ([`overseer_core::queued`]), the slots taken and
-//! waiting ([`overseer_core::capacity`]) and the canary's latest runs
-//! ([`overseer_core::canary`]). This section builds Airflow 3.3's
+//! the queued task instances ([`overseer_core::airflow::queued`]), the slots taken and
+//! waiting ([`overseer_core::airflow::capacity`]) and the canary's latest runs
+//! ([`overseer_core::airflow::canary`]). This section builds Airflow 3.3's
 //! `task_instance`, `dag_run`, `dag` and `job` (the columns read, and the
 //! indexes Airflow's migrations create on them: `ti_state`, `ti_dag_run`,
 //! `ti_dag_state`, `dag_run_dag_id_logical_date_key`, `dag_pkey`) on the
@@ -11,16 +11,16 @@
 //! 5 minutes: 105,120 runs), and times each read as the reader runs it,
 //! through the same functions, after `ANALYZE`. Apart from the refresh, the
 //! one statement that counts what an `unhealthy` span cost
-//! ([`overseer_core::cost`], once per recovery), for a span of 5 minutes and
+//! ([`overseer_core::airflow::cost`], once per recovery), for a span of 5 minutes and
 //! one of a day.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use chrono::Utc;
-use overseer_core::cost::{self, Span};
-use overseer_core::queued::Routes;
-use overseer_core::{canary, capacity, queued};
+use overseer_core::airflow::cost::{self, Span};
+use overseer_core::airflow::routes::Routes;
+use overseer_core::airflow::{canary, capacity, queued};
 
 use crate::pg::{self, BenchDb};
 use crate::plan::Plan;

@@ -31,13 +31,13 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::airflow::queued::QueuedBoard;
 use crate::backoff::Backoff;
 use crate::check::pool::Watched;
 use crate::check::{AsyncChecks, Check, Executor, panic_message};
 use crate::detail::{Detail, Observation};
 use crate::duration;
 use crate::job::ExecutorHealth;
-use crate::queued::QueuedBoard;
 use crate::reason::Reason;
 use crate::rules::{Airflow, Rules};
 use crate::stats::ExecutorStats;
@@ -126,12 +126,12 @@ impl Drop for Reply {
 }
 
 /// Where an executor's actor finds the task instances Airflow holds queued
-/// ([`crate::queued`]), and which of them are its own.
+/// ([`crate::airflow::queued`]), and which of them are its own.
 #[derive(Debug, Clone)]
 pub struct QueuedSource {
     /// The latest read of `task_instance`, shared by every executor.
     pub board: Arc<QueuedBoard>,
-    /// This executor's index in the [`crate::queued::Routes`] the reads are routed by.
+    /// This executor's index in the [`crate::airflow::routes::Routes`] the reads are routed by.
     pub index: usize,
     /// Whether it runs the task instances that name no executor (the
     /// canary's, unless told otherwise).
@@ -217,7 +217,7 @@ impl ExecutorActor {
     ) -> Self {
         let check = executor.build_check();
         let watched = Watched::new(executor.label(), stats.clone());
-        let rules = Rules::standard(&executor);
+        let rules = Rules::standard(&executor.rules());
         Self {
             checks,
             watched,

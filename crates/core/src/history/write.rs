@@ -12,10 +12,10 @@ use sea_orm::{
 use serde::Serialize;
 
 use super::{TABLE, Transition};
-use crate::cost::{self, Span};
+use crate::airflow::cost::{self, Span};
+use crate::airflow::routes::Routes;
 use crate::entity::history::{Column, Entity as History};
 use crate::error::Result;
-use crate::queued::Routes;
 use crate::storage::{
     self, Flushed, Session, VerdictRow, json_statement, timestamp_text, to_micros,
 };
@@ -109,7 +109,7 @@ impl HistoryWrite {
 }
 
 /// Writes this session's heartbeats and the verdicts that changed
-/// ([`storage::heartbeats_and_verdicts`]), with the history in the same transaction: one multi-row
+/// (`storage::heartbeats_and_verdicts`), with the history in the same transaction: one multi-row
 /// `INSERT` of the transitions when there are some, and one `DELETE` of the
 /// old ones when a prune is due; at most four statements, whatever the
 /// number of executors and transitions. Returns what it wrote.

@@ -17,10 +17,11 @@ use super::Settings;
 use super::thread::Started;
 use crate::actors::aggregator::{AggregatorSettings, Ousted, UnwrittenTransitions};
 use crate::actors::{Aggregator, ExecutorActor, HealthSupervisor, QueuedSource};
+use crate::airflow::queued::QueuedBoard;
+use crate::airflow::routes::Routes;
 use crate::check::alarm::AlarmBoard;
 use crate::check::{AsyncChecks, Executor};
 use crate::error::{Error, Result};
-use crate::queued::{QueuedBoard, Routes};
 use crate::report::HealthReport;
 use crate::stats::{AggregatorStats, ExecutorStats};
 use crate::storage::{self, ExecutorIdentity, Session};
@@ -177,7 +178,7 @@ pub(super) async fn start_actors(
     limits.sort();
     limits.dedup();
     let default_executor = routes.route(None, None);
-    let queued_reader = actix_rt::spawn(crate::reader::run(
+    let queued_reader = actix_rt::spawn(crate::airflow::reader::run(
         reader_db,
         board.clone(),
         routes,

@@ -13,52 +13,7 @@ use crate::detail::Detail;
 use crate::job::ExecutorHealth;
 use crate::reason::Reason;
 
-/// The word of an executor's verdict, as `job.executor_health` stores it: an
-/// `ExecutorHealth` without its reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorHealthKind {
-    Healthy,
-    Unhealthy,
-    Unknown,
-}
-
-impl ExecutorHealthKind {
-    /// Every state.
-    pub const ALL: [ExecutorHealthKind; 3] = [Self::Healthy, Self::Unhealthy, Self::Unknown];
-
-    /// The state of a verdict.
-    pub const fn of(health: &ExecutorHealth) -> Self {
-        match health {
-            ExecutorHealth::Healthy => Self::Healthy,
-            ExecutorHealth::Unhealthy { .. } => Self::Unhealthy,
-            ExecutorHealth::Unknown { .. } => Self::Unknown,
-        }
-    }
-
-    /// The string stored in `job.executor_health` and in the history.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Healthy => "healthy",
-            Self::Unhealthy => "unhealthy",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::str::FromStr for ExecutorHealthKind {
-    type Err = crate::Error;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| crate::Error::UnexpectedValue {
-                column: "executor_health",
-                value: s.to_owned(),
-            })
-    }
-}
+pub use crate::job::ExecutorHealthKind;
 
 /// One live executor row: one executor, supervised from one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]

@@ -1,7 +1,7 @@
 //! The canary: work proven to flow end to end, queue by queue.
 //!
 //! The plugin's `overseer_canary` DAG runs one trivial task on each queue;
-//! [`crate::canary`] reads its task instances and judges them (its table of
+//! [`crate::airflow::canary`] reads its task instances and judges them (its table of
 //! what each state of the canary means). This rule takes that judgement into
 //! the verdict: a canary that failed, or waited for a worker longer than
 //! `canary_max_pickup`, is a finding; a canary that cannot run makes an
@@ -13,9 +13,10 @@
 use std::time::Duration;
 
 use super::{Found, Poll, Rule};
-use crate::canary::PickupsSeen;
+use crate::airflow::canary::PickupsSeen;
 
-pub use crate::canary::DEFAULT_MAX_PICKUP;
+/// How long a queued canary may wait for a worker, by default.
+pub const DEFAULT_MAX_PICKUP: Duration = Duration::from_secs(120);
 
 /// The rule, with its limit and the pickups it counted.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! tasks sit in `scheduled` and nothing is unhealthy anywhere. Each refresh
 //! counts, per executor, its task instances `running` and `queued` (the slots
 //! taken) and `scheduled` (waiting for one), and the live schedulers
-//! ([`crate::capacity`], the read): an executor has `parallelism × live
+//! ([`crate::airflow::capacity`], the read): an executor has `parallelism × live
 //! schedulers` slots.
 //!
 //! Every slot taken while tasks wait in `scheduled`, for `max_at_capacity`

@@ -75,10 +75,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::check::Executor;
+use crate::airflow::queued::Snapshot;
 use crate::detail::{Detail, Observation, QueuedTasks};
 use crate::job::ExecutorHealth;
-use crate::queued::Snapshot;
 use crate::stats::ExecutorStats;
 
 pub use queued::DEFAULT_MAX_QUEUED_AGE;
@@ -153,6 +152,32 @@ pub struct Found {
     pub judged: bool,
 }
 
+/// What the rules are told of one executor: each rule's setting, its default
+/// kept by the rule's own module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How long work may wait ([`queued`], [`stall`]); `ZERO` turns them off.
+    pub max_queued_age: Duration,
+    /// How long a queued canary may wait for a worker ([`canary`]).
+    pub canary_max_pickup: Duration,
+    /// Airflow's `[core] parallelism`, the slots per live scheduler ([`capacity`]).
+    pub parallelism: u32,
+    /// How long every slot may stay taken while work waits ([`capacity`],
+    /// [`saturation`]).
+    pub max_at_capacity: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_queued_age: queued::DEFAULT_MAX_QUEUED_AGE,
+            canary_max_pickup: canary::DEFAULT_MAX_PICKUP,
+            parallelism: capacity::DEFAULT_PARALLELISM,
+            max_at_capacity: capacity::DEFAULT_MAX_AT_CAPACITY,
+        }
+    }
+}
+
 /// An executor's rules, in the order they run, with what each remembers.
 pub struct Rules {
     /// How long work may wait: the task instances Airflow holds queued are
@@ -172,8 +197,8 @@ impl std::fmt::Debug for Rules {
 
 impl Rules {
     /// Every rule, with the executor's settings: the one registration.
-    pub fn standard(executor: &Executor) -> Self {
-        let max_queued_age = executor.max_queued_age;
+    pub fn standard(settings: &Settings) -> Self {
+        let max_queued_age = settings.max_queued_age;
         Self {
             max_queued_age,
             rules: vec![
@@ -182,12 +207,12 @@ impl Rules {
                 Box::new(queued::QueuedTooLong::new(max_queued_age)),
                 Box::new(no_worker::NoWorkerOnline::default()),
                 Box::new(capacity::CapacityWatch::new(
-                    executor.parallelism,
-                    executor.max_at_capacity,
+                    settings.parallelism,
+                    settings.max_at_capacity,
                 )),
-                Box::new(saturation::SaturationWatch::new(executor.max_at_capacity)),
+                Box::new(saturation::SaturationWatch::new(settings.max_at_capacity)),
                 Box::new(stall::QueuesWatch::new(max_queued_age)),
-                Box::new(canary::Canary::new(executor.canary_max_pickup)),
+                Box::new(canary::Canary::new(settings.canary_max_pickup)),
             ],
         }
     }

@@ -123,7 +123,7 @@ mod tests {
             // A worker comes online: healthy at once.
             (seen(healthy.clone(), online(), 5), healthy.clone()),
         ];
-        let mut rules = Rules::standard(&crate::Executor::unchecked("CeleryExecutor"));
+        let mut rules = Rules::standard(&crate::rules::Settings::default());
         let now = Instant::now();
         for (i, (observation, expected)) in polls.into_iter().enumerate() {
             let judged = rules.judge(observation, None, None, now);
@@ -148,7 +148,7 @@ mod tests {
                 },
             )
         };
-        let mut rules = Rules::standard(&crate::Executor::unchecked("CeleryExecutor"));
+        let mut rules = Rules::standard(&crate::rules::Settings::default());
         let now = Instant::now();
         for (workers, consumers) in [
             // Workers started --without-heartbeat: none heard, work waits.

@@ -3,7 +3,7 @@
 //! `0s` turns it off, and the stall rule with it).
 //!
 //! The task instances come from Airflow's `task_instance` table
-//! ([`crate::queued`]), counted overdue against the limit as they are read. A
+//! ([`crate::airflow::queued`]), counted overdue against the limit as they are read. A
 //! queue whose task instances the lost-work rule found lost is its finding's,
 //! not this one's: the reason names the cause, not the wait.
 //! With them known, an executor whose check cannot tell (`unknown`: no check

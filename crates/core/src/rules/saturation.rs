@@ -1,6 +1,6 @@
 //! Worker saturation: every worker's task slots taken while work waits.
 //!
-//! Airflow's `[core] parallelism` is the executor's cap ([`crate::capacity`]);
+//! Airflow's `[core] parallelism` is the executor's cap ([`crate::airflow::capacity`]);
 //! the workers have caps of their own: a Celery worker runs at most its
 //! concurrency (`[celery] worker_concurrency`, 16 by default) at once, an Edge
 //! worker its `concurrency`. When every worker taking work runs all it can,

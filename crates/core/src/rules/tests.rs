@@ -259,7 +259,7 @@ fn a_queue_waiting_on_full_workers_is_saturation_not_a_stall() {
     let executor = crate::Executor::unchecked("CeleryExecutor")
         .with_max_queued_age(LIMIT)
         .with_capacity(32, LIMIT);
-    let mut rules = Rules::standard(&executor);
+    let mut rules = Rules::standard(&executor.rules());
     let saturated = "workers at capacity: all 2 slots taken on 1 worker for 5m, work waiting";
     // One poll at `minute`: the depth holds at 3, the one worker online with
     // `free` of its 2 slots.

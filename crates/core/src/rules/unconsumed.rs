@@ -130,6 +130,7 @@ impl Rule for Unconsumed {
 mod tests {
     use crate::detail::{Detail, QueueDetail, QueuedOnQueue, QueuedTasks, WorkerDetail};
     use crate::rules::Rules;
+    use crate::rules::Settings;
     use crate::{Executor, ExecutorHealth, Observation};
     use tokio::time::Instant;
 
@@ -208,7 +209,7 @@ mod tests {
             ),
         ];
         let executor = Executor::unchecked("CeleryExecutor");
-        let mut rules = Rules::standard(&executor);
+        let mut rules = Rules::standard(&executor.rules());
         let now = Instant::now();
         for (i, ((observation, queued), expected)) in polls.into_iter().enumerate() {
             let judged = rules.judge_with(observation, queued, None, None, now);
@@ -218,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_read_queue_with_no_consumer_counted_is_named_and_no_worker_at_all_is_another_rule_s() {
-        let mut rules = Rules::standard(&Executor::unchecked("CeleryExecutor"));
+        let mut rules = Rules::standard(&Settings::default());
         let now = Instant::now();
         let gpu_only = || Some(vec![worker(Some(&["gpu"]))]);
         for expected in [
@@ -231,14 +232,14 @@ mod tests {
         }
         // A worker online that says it consumes default, where the broker
         // counts no consumer (killed a moment ago): not this rule's to say.
-        let mut rules = Rules::standard(&Executor::unchecked("CeleryExecutor"));
+        let mut rules = Rules::standard(&Settings::default());
         for _ in 0..3 {
             let (observation, _) = seen(Some(vec![worker(Some(&["default"]))]), Some(0), 0, 0);
             let judged = rules.judge_with(observation, None, None, None, now);
             assert_eq!(judged.health, ExecutorHealth::Healthy);
         }
         // No worker taking work at all: this rule says nothing.
-        let mut rules = Rules::standard(&Executor::unchecked("CeleryExecutor"));
+        let mut rules = Rules::standard(&Settings::default());
         let offline = || {
             Some(vec![WorkerDetail {
                 state: Some("offline".into()),

@@ -98,9 +98,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::airflow::routes::Routes;
 use crate::entity::job;
 use crate::history::HistorySettings;
-use crate::queued::Routes;
 use crate::report::{ExecutorHealthKind, HealthReport, Thresholds};
 use crate::stats::AggregatorStats;
 use crate::storage::{self, ExecutorIdentity, Session};
@@ -129,7 +129,7 @@ pub struct AggregatorSettings {
     /// How long transitions are kept, and how often old ones are pruned.
     pub history: HistorySettings,
     /// Which executor runs each task instance: to count what an `unhealthy`
-    /// span cost ([`crate::cost`]).
+    /// span cost ([`crate::airflow::cost`]).
     pub routes: Arc<Routes>,
     /// Where the aggregator says that another writer ended this session's
     /// rows.

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::cost::Span;
+use crate::airflow::cost::Span;
 use crate::history::{self, RowKey, Transition};
 use crate::report::ExecutorHealthKind;
 

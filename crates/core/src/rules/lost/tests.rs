@@ -6,10 +6,10 @@ use chrono::{DateTime, TimeZone, Utc};
 use tokio::time::Instant;
 
 use super::SETTLE;
+use crate::airflow::queued::{QueuedRow, Snapshot};
 use crate::detail::{BrokerDetail, Detail, QueueDetail};
-use crate::queued::{QueuedRow, Snapshot};
-use crate::rules::{Airflow, Rules};
-use crate::{Executor, ExecutorHealth, Observation};
+use crate::rules::{Airflow, Rules, Settings};
+use crate::{ExecutorHealth, Observation};
 
 const BROKER: &str = "redis://127.0.0.1:6379/0";
 const MAX_QUEUED_AGE: Duration = Duration::from_secs(300);
@@ -68,7 +68,10 @@ fn broker(depth: u64, delivered: Option<u64>, started: i64) -> Observation {
 }
 
 fn rules() -> Rules {
-    Rules::standard(&Executor::unchecked("CeleryExecutor").with_max_queued_age(MAX_QUEUED_AGE))
+    Rules::standard(&Settings {
+        max_queued_age: MAX_QUEUED_AGE,
+        ..Settings::default()
+    })
 }
 
 fn judge(rules: &mut Rules, observation: Observation, snapshot: &Snapshot) -> ExecutorHealth {

@@ -39,16 +39,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement};
 
+use crate::airflow::routes::Routes;
 use crate::detail::{CanaryDetail, CanaryOnQueue, Seconds};
 use crate::duration;
 use crate::error::Result;
-use crate::queued::Routes;
 
 /// The canary DAG's id, as `overseer_airflow.canary` names it.
 pub const DAG_ID: &str = "overseer_canary";
-
-/// How long a queued canary may wait for a worker, by default.
-pub const DEFAULT_MAX_PICKUP: Duration = Duration::from_secs(120);
 
 /// How many of the canary's latest scheduled runs are read.
 pub const RUNS_READ: u32 = 3;

@@ -1,8 +1,8 @@
 //! The reader of Airflow's tables: one task per process that, every poll
 //! interval, reads for every executor together what Airflow's database says
-//! of work flowing: the task instances queued ([`crate::queued`]), the slots
-//! taken and waiting ([`crate::capacity`]) and the canary's latest runs
-//! ([`crate::canary`]). It runs off the report's path (a task of its own on
+//! of work flowing: the task instances queued ([`crate::airflow::queued`]), the slots
+//! taken and waiting ([`crate::airflow::capacity`]) and the canary's latest runs
+//! ([`crate::airflow::canary`]). It runs off the report's path (a task of its own on
 //! the actors' runtime, each read in a task of its own bounded by a timeout)
 //! and leaves what it read on the [`QueuedBoard`], where each executor's actor
 //! takes its share at every poll. Each kind of evidence fails alone: the
@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::queued::{QueuedBoard, Routes, has_table, read};
-use crate::{canary, capacity};
+use crate::airflow::queued::{QueuedBoard, has_table, read};
+use crate::airflow::routes::Routes;
+use crate::airflow::{canary, capacity};
 
 /// How often a database without `task_instance` is asked again whether it
 /// has one now (Airflow's `db migrate` may run after Overseer started).

@@ -16,11 +16,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sea_orm::{ConnectionTrait, Statement};
 
+use crate::airflow::routes::Routes;
 use crate::detail::CapacityDetail;
 use crate::error::Result;
-use crate::queued::Routes;
-
-pub use crate::rules::capacity::{DEFAULT_MAX_AT_CAPACITY, DEFAULT_PARALLELISM};
 
 /// One read: per executor index, its counts; and the live schedulers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

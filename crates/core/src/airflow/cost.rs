@@ -29,8 +29,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::airflow::queued::{cutoff_literal, team_join};
+use crate::airflow::routes::Routes;
 use crate::error::Result;
-use crate::queued::{Routes, cutoff_literal, team_join};
 
 /// How long the count may take before the transition is written without it.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
