@@ -31,7 +31,9 @@
 //! - [`secret`]: URLs whose passwords never show, and scrubbing them from text.
 //! - [`reason`]: the one sanitiser of every reason: one line, capped, lists counted.
 //! - [`connect`]: the database pool's options, one set for every caller.
-//! - [`timestamp`]: times as Airflow's JSON writes them.
+//! - [`timestamp`]: times as Airflow's JSON writes them; [`clock`]: this
+//!   process's wall clock, never running backwards (what verdicts are stamped
+//!   with).
 //! - [`duration`]: durations as reasons and logs write them (`5s`, `4.5s`, `800ms`); cutoffs
 //!   that never overflow ([`duration::before`]).
 //! - [`error`]: this crate's one error type and its `Result` alias.
@@ -42,6 +44,7 @@ pub mod actors;
 pub mod airflow;
 pub mod backoff;
 pub mod check;
+pub mod clock;
 pub mod connect;
 pub mod detail;
 pub mod duration;

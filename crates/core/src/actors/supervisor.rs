@@ -397,7 +397,9 @@ impl HealthSupervisor {
         if executor.reported.as_str() != observed.as_str() {
             executor.since = Instant::now();
         }
-        let now = Utc::now();
+        // Never before an earlier verdict's stamp: a wall clock stepped back
+        // would put the history's transitions out of order.
+        let now = crate::clock::now();
         executor.reported = observed.clone();
         executor.reported_at = Some(now);
         executor.detail = detail.clone();
