@@ -214,9 +214,10 @@ async fn a_frozen_worker_reads_unhealthy_until_it_thaws_and_the_broker_is_never_
     })
     .await;
     support::note(&format!("frozen worker unhealthy after {took:?}"));
-    let mut readings = 0;
-    let until = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < until {
+    // Five readings while it stays frozen, however long a loaded host takes
+    // to send each task (a count of readings within a fixed window once
+    // failed here on a busy host: the property is the readings, not the rate).
+    for _ in 0..5 {
         support::send_tasks(&venv, &url, &queue, 1, None);
         let (health, probe) = support::poll_within(&check, support::POLL_TIMEOUT).await;
         let ExecutorHealth::Unhealthy { reason } = &health else {
@@ -227,10 +228,8 @@ async fn a_frozen_worker_reads_unhealthy_until_it_thaws_and_the_broker_is_never_
             !reason.contains("broker"),
             "the broker is not the cause: {reason}"
         );
-        readings += 1;
         tokio::time::sleep(SAMPLE).await;
     }
-    assert!(readings >= 5, "{readings} readings");
     worker.signal("CONT");
     poll_until(&check, "healthy once thawed", |h, p| {
         *h == ExecutorHealth::Healthy && state_of(p, &node).as_deref() == Some("online")
