@@ -63,8 +63,11 @@ fn a_worker_whose_slots_are_all_taken_while_tasks_wait_is_named_at_capacity() {
         "from celery_app import sleep\n\
          for _ in range(4):\n    sleep.apply_async(args=({TASK_SECONDS},), queue='default')\n"
     ));
-    overseer_testkit::venv::run(&mut send).expect("sending the tasks");
+    // Timed from before the sender starts: on a loaded host its interpreter
+    // may take seconds to exit after the tasks are on their way, and a clock
+    // started after that saw the first two finish "early".
     let sent = Instant::now();
+    overseer_testkit::venv::run(&mut send).expect("sending the tasks");
 
     let json = health_until(&serving, "unhealthy: the workers at capacity", |j| {
         celery(j).is_some_and(|c| c["health"] == "unhealthy")
