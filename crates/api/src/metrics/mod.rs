@@ -150,17 +150,6 @@ impl Metrics {
         }
     }
 
-    /// Every metric family, as of now: from the published report (every live
-    /// executor row of every host, the evidence beside this host's, the
-    /// components), from this process's executor actors and aggregator, and
-    /// the serving program's own, in that order.
-    pub fn gather(&self) -> Vec<MetricFamily> {
-        let report = self.reports.borrow().clone();
-        let mut families = evidence_of(&report);
-        families.extend(self.live(&report));
-        families
-    }
-
     /// The scrape's body in Prometheus' text format: the evidence's families
     /// as encoded for the current report, then the rest (the verdicts and
     /// their ages, the components, the counters, `more`) encoded now.
