@@ -286,7 +286,7 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
         nullable(&doc, detail),
         "another host's row has none: {detail}"
     );
-    assert_eq!(target(detail), Some("Detail"));
+    assert_eq!(target(detail), Some("ShownDetail"));
     assert!(
         description(detail).is_some_and(|d| d.contains("null")),
         "{detail}"
@@ -296,14 +296,16 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
     // to and whether it may be null).
     let parts: [(&str, &[Property]); 11] = [
         (
-            "Detail",
+            "ShownDetail",
             &[
                 ("queues", Some("QueueDetail"), false),
+                ("queues_left_out", None, false),
                 ("workers", Some("WorkerDetail"), true),
-                ("queued_tasks", Some("QueuedTasks"), true),
+                ("workers_left_out", None, false),
+                ("queued_tasks", Some("ShownQueuedTasks"), true),
                 ("brokers", Some("BrokerDetail"), false),
                 ("worker_events", Some("EventsDetail"), false),
-                ("canary", Some("CanaryDetail"), true),
+                ("canary", Some("ShownCanary"), true),
                 ("capacity", Some("CapacityDetail"), true),
             ],
         ),
@@ -319,11 +321,12 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
             ],
         ),
         (
-            "CanaryDetail",
+            "ShownCanary",
             &[
                 ("dag_id", None, false),
                 ("dag", None, false),
                 ("queues", Some("CanaryOnQueue"), false),
+                ("queues_left_out", None, false),
             ],
         ),
         (
@@ -389,11 +392,12 @@ fn the_executor_instance_documents_its_detail_and_every_part_of_it() {
             ],
         ),
         (
-            "QueuedTasks",
+            "ShownQueuedTasks",
             &[
                 ("count", None, false),
                 ("oldest_seconds", None, true),
                 ("queues", Some("QueuedOnQueue"), false),
+                ("queues_left_out", None, false),
             ],
         ),
         (

@@ -428,28 +428,26 @@ fn event_of(report: &overseer_core::HealthReport) -> Bytes {
     Bytes::from(format!("event: report\ndata: {}\n\n", report.json()))
 }
 
-/// A report of `n` executors on as many hosts: tens of kilobytes of JSON.
+/// A report of `n` schedulers on as many hosts: tens of kilobytes of JSON
+/// (Airflow's components list every live instance; the `executor` entry is
+/// bounded).
 fn fleet_report(n: i32) -> overseer_core::HealthReport {
-    let mut rows = vec![support::row(
-        1,
-        overseer_core::JobType::SchedulerJob,
-        2,
-        "sched-1",
-    )];
-    rows.extend((0..n).map(|i| {
-        support::executor_row(
-            10 + i,
-            "CeleryExecutor",
-            &format!("worker-host-{i}"),
-            overseer_core::ExecutorHealth::Healthy,
-        )
-    }));
+    let rows = (0..n)
+        .map(|i| {
+            support::row(
+                1 + i,
+                overseer_core::JobType::SchedulerJob,
+                2,
+                &format!("scheduler-host-{i}"),
+            )
+        })
+        .collect();
     support::report(rows, true)
 }
 
 #[actix_web::test]
 async fn a_large_report_goes_out_in_bounded_pieces_of_one_shared_copy() {
-    let big = fleet_report(600);
+    let big = fleet_report(1500);
     assert!(big.json().len() > 8 * overseer_api::health::EVENT_PIECE);
     let harness = Harness::new(big.clone(), 4);
     let app = app!(harness.state);
@@ -477,7 +475,7 @@ async fn a_large_report_goes_out_in_bounded_pieces_of_one_shared_copy() {
 #[actix_web::test]
 async fn a_client_too_far_behind_is_dropped_and_its_place_comes_back() {
     tokio::time::pause();
-    let harness = Harness::new(fleet_report(300), 1);
+    let harness = Harness::new(fleet_report(800), 1);
     let places = harness.state.stream_places.clone();
     let app = app!(harness.state);
     let response = test::call_service(

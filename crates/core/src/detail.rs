@@ -371,3 +371,67 @@ pub struct QueuedOnQueue {
     /// (0 when that rule is off).
     pub overdue: u64,
 }
+
+/// The order lists of evidence are shown in, where they are cut (the health
+/// entry shows the first few; the paged routes go on from there): what is at
+/// fault first, so that a cut list still names the trouble. The order is
+/// stable: within a rank, the check's own order.
+impl Detail {
+    /// The workers, those gone silent (or whose state their executor does not
+    /// know) first, those stopped cleanly (`offline`) last; `None` when the
+    /// check does not list workers.
+    pub fn workers_at_fault_first(&self) -> Option<Vec<&WorkerDetail>> {
+        let rank = |w: &WorkerDetail| match w.state.as_deref() {
+            Some("gone" | "unknown") => 0,
+            Some("offline") => 2,
+            _ => 1,
+        };
+        self.workers.as_ref().map(|workers| by_rank(workers, rank))
+    }
+
+    /// The queues: work waiting that nobody consumes first (the deepest
+    /// first), then those whose depth could not be read, then the rest.
+    pub fn queues_at_fault_first(&self) -> Vec<&QueueDetail> {
+        let rank = |q: &QueueDetail| match (q.depth, q.consumers) {
+            (Some(depth), Some(0)) if depth > 0 => (0, std::cmp::Reverse(depth)),
+            (None, _) => (1, std::cmp::Reverse(0)),
+            _ => (2, std::cmp::Reverse(0)),
+        };
+        by_rank(&self.queues, rank)
+    }
+}
+
+impl QueuedTasks {
+    /// The queues, those with the most overdue first, then the oldest.
+    pub fn queues_at_fault_first(&self) -> Vec<&QueuedOnQueue> {
+        use std::cmp::Reverse;
+        by_rank(&self.queues, |q| {
+            (
+                Reverse(q.overdue),
+                Reverse(q.oldest_seconds),
+                Reverse(q.count),
+            )
+        })
+    }
+}
+
+impl CanaryDetail {
+    /// The queues, those whose canary has not succeeded first (the longest
+    /// waiting first).
+    pub fn queues_at_fault_first(&self) -> Vec<&CanaryOnQueue> {
+        use std::cmp::Reverse;
+        by_rank(&self.queues, |q| {
+            (
+                q.state.as_deref() == Some("success"),
+                Reverse(q.waiting_seconds),
+            )
+        })
+    }
+}
+
+/// `items` sorted by `rank`, ties kept in their order.
+fn by_rank<T, K: Ord>(items: &[T], rank: impl Fn(&T) -> K) -> Vec<&T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by_key(|item| rank(item));
+    sorted
+}

@@ -23,9 +23,11 @@ use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
+mod bounded;
 mod executor;
 mod rules;
 
+pub use bounded::{ENTRY_BUDGET, LIST_CAPS, ShownCanary, ShownDetail, ShownQueuedTasks};
 pub use executor::{ExecutorEntry, ExecutorHealthKind, ExecutorInstance, RowExtras};
 pub use rules::{JobRows, Thresholds, is_alive, type_index};
 
@@ -277,8 +279,12 @@ pub struct HealthReport {
 }
 
 impl HealthReport {
-    /// Renders the JSON of an [assembled](Self::assemble) report.
+    /// Renders the JSON of an [assembled](Self::assemble) report, its
+    /// `executor` entry within [`ENTRY_BUDGET`] ([`ExecutorEntry::bound`]).
     pub fn render(&mut self) {
+        if let Some(entry) = &mut self.executor {
+            entry.bound(ENTRY_BUDGET);
+        }
         self.json = serde_json::to_string(&*self).expect("a report always serializes");
     }
 

@@ -59,9 +59,38 @@ class Entry(unittest.TestCase):
                 "latest_executor_heartbeat": None,
                 "detailed_status": "unknown",
                 "instances": [],
+                "instances_left_out": 0,
                 "reason": "the job table could not be read: OperationalError: boom",
             },
         )
+
+    def test_hundreds_of_executors_stay_within_16_kb_keeping_those_at_fault(self) -> None:
+        # 400 live rows, every 40th unhealthy and every 40th unknown: about 120 KB whole.
+        health = {0: "unhealthy", 20: "unknown"}
+        rows = [
+            row(
+                {
+                    "id": i,
+                    "hostname": f"host-{i:03}",
+                    "executor_health": health.get(i % 40, "healthy"),
+                    "executor_health_reason": "not answering" if i % 40 == 0 else None,
+                }
+            )
+            for i in range(400)
+        ]
+        entry = executor_entry(rows, THRESHOLD, NOW)
+        size = len(json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode())
+        self.assertLessEqual(size, 16 * 1024)
+        shown = entry["instances"]
+        self.assertEqual(len(shown) + entry["instances_left_out"], 400)
+        self.assertGreater(entry["instances_left_out"], 0)
+        at_fault = [i["hostname"] for i in shown if i["health"] != "healthy"]
+        self.assertEqual(len(at_fault), 20, "every row at fault is kept")
+        hosts = [i["hostname"] for i in shown]
+        self.assertEqual(hosts, sorted(hosts), "those shown keep their order")
+        # The verdict is the whole fleet's, not the part shown.
+        self.assertEqual(entry["status"], "unhealthy")
+        self.assertEqual(entry["detailed_status"], "degraded")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::bounded::ShownDetail;
 use super::{DetailedStatus, Status, optional_timestamp};
 use crate::detail::Detail;
 use crate::job::ExecutorHealth;
@@ -56,11 +57,19 @@ pub struct ExecutorInstance {
     pub since: Option<DateTime<Utc>>,
     /// The state before the current one; `null` when not known.
     pub previous: Option<ExecutorHealthKind>,
-    /// The evidence of this host's latest check (queues, workers, task
-    /// instances queued); `null` for another host's row, or when the check
-    /// gives none.
-    #[schema(value_type = Option<Detail>)]
+    /// The evidence of this host's latest check, whole (what `/metrics` and
+    /// the paged routes read); the JSON shows [`Self::shown`].
+    #[serde(skip)]
     pub detail: Option<Arc<Detail>>,
+    /// The evidence of this host's latest check (queues, workers, task
+    /// instances queued), each list cut to its first few, at fault first,
+    /// with how many were left out; `null` for another host's row, or when the
+    /// check gives none.
+    #[serde(rename = "detail")]
+    pub shown: Option<ShownDetail>,
+    /// Left out of the entry's JSON to keep it within its budget.
+    #[serde(skip)]
+    pub(in crate::report) left_out: bool,
 }
 
 /// What the aggregator knows of an executor row beyond what the table holds.
@@ -93,6 +102,12 @@ pub struct ExecutorEntry {
     /// How the live rows are doing together: `down` when none is fine,
     /// `unknown` when none has a verdict.
     pub detailed_status: DetailedStatus,
-    /// The live executor rows, of every host, by host, executor and instance.
+    /// The live executor rows, of every host, by host, executor and instance;
+    /// when they are too many for the entry's 16 KB, those `unhealthy` and
+    /// `unknown` first (see `instances_left_out`).
+    #[serde(serialize_with = "super::bounded::shown_instances")]
     pub instances: Vec<ExecutorInstance>,
+    /// How many live rows the entry leaves out to stay within 16 KB (0 but
+    /// with hundreds of executors; healthy ones are left out first).
+    pub instances_left_out: usize,
 }

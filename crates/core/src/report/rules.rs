@@ -201,6 +201,8 @@ impl HealthReport {
                             since: extras.since,
                             previous: extras.previous,
                             detail: extras.detail,
+                            shown: None,
+                            left_out: false,
                         }
                     })
                     .collect();
@@ -229,6 +231,7 @@ impl HealthReport {
                     latest_heartbeat: latest.latest_heartbeat,
                     detailed_status,
                     instances,
+                    instances_left_out: 0,
                 }
             });
 

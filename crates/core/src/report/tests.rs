@@ -138,7 +138,7 @@ fn every_shape() -> Vec<job::Model> {
 /// gained `detail` since (null for rows read from the table), then `since`
 /// and `previous` (null when nothing says).
 #[test]
-fn the_json_is_byte_for_byte_what_it_always_was() {
+fn the_json_is_byte_for_byte_what_it_was_pinned_to_be() {
     let mut job_rows = JobRows::default();
     let rows = every_shape();
     for job_type in JobType::ALL {
@@ -161,7 +161,7 @@ fn the_json_is_byte_for_byte_what_it_always_was() {
     let full = HealthReport::build(&job_rows, true, &thresholds(), now());
     assert_eq!(
         full.json(),
-        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","since":null,"previous":null,"detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":"not checked yet","checked_at":null,"since":null,"previous":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é \\","checked_at":"2026-11-29T19:48:48.000005+00:00","since":null,"previous":null,"detail":null}]}}"##
+        r##"{"metadatabase":{"status":"healthy"},"scheduler":{"status":"healthy","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00","detailed_status":"healthy","instances":[{"hostname":null,"latest_scheduler_heartbeat":"2026-11-29T19:48:45+00:00"},{"hostname":"sched-1","latest_scheduler_heartbeat":"2026-11-29T19:48:46.365305+00:00"}]},"triggerer":{"status":"unhealthy","latest_triggerer_heartbeat":"2026-11-29T19:47:08.365305+00:00","detailed_status":"down","instances":[]},"dag_processor":{"status":"healthy","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00","detailed_status":"healthy","instances":[{"hostname":"dp-1","latest_dag_processor_heartbeat":"2026-11-29T19:48:48+00:00"}]},"executor":{"status":"unhealthy","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","detailed_status":"degraded","instances":[{"executor":"CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-1","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"healthy","reason":null,"checked_at":"2026-11-29T19:48:46.365305+00:00","since":null,"previous":null,"detail":null},{"executor":"LocalExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unknown","reason":"not checked yet","checked_at":null,"since":null,"previous":null,"detail":null},{"executor":"alias:CeleryExecutor","instance":"redis://broker:6379/0","hostname":"sched-2","latest_executor_heartbeat":"2026-11-29T19:48:47.365305+00:00","health":"unhealthy","reason":"broker \"redis://broker:6379/0\" refused: é \\","checked_at":"2026-11-29T19:48:48.000005+00:00","since":null,"previous":null,"detail":null}],"instances_left_out":0}}"##
     );
     let empty = HealthReport::build(&JobRows::default(), false, &thresholds(), now());
     assert_eq!(
@@ -448,6 +448,7 @@ fn an_executor_instance_carries_its_verdict_reason_and_check_time() {
                 "previous": null,
                 "detail": null,
             }],
+            "instances_left_out": 0,
         })
     );
 }
@@ -550,11 +551,14 @@ fn this_host_s_rows_carry_their_evidence_and_other_hosts_rows_none() {
         instances[0]["detail"],
         serde_json::json!({
             "queues": [{"name": "default", "broker": "redis://broker:6379/0", "depth": 3, "consumers": null}],
+            "queues_left_out": 0,
             "workers": [{"name": "celery@w1", "queues": ["default"], "state": null, "concurrency": null, "free_concurrency": null, "heartbeat": null}],
+            "workers_left_out": 0,
             "queued_tasks": {
                 "count": 2,
                 "oldest_seconds": 42,
                 "queues": [{"queue": "default", "count": 2, "oldest_seconds": 42, "overdue": 0}],
+                "queues_left_out": 0,
             },
             "brokers": [],
             "worker_events": [],

@@ -22,7 +22,12 @@ field                       rule
                             (some), ``down`` (none, or no live row)
 ``instances``               the live rows (``state = 'running'``, no
                             ``end_date``, heartbeat younger than the threshold),
-                            by host, executor and instance
+                            by host, executor and instance; when the entry's
+                            JSON would pass 16 KB (hundreds of executors),
+                            those ``unhealthy``, then ``unknown``, are kept
+                            first and the rest left out
+``instances_left_out``      how many live rows were left out (0 but with
+                            hundreds of executors)
 ``instances[].health``      ``executor_health``; a value Overseer does not write
                             is ``unhealthy``, saying so
 ``instances[].reason``      ``unhealthy``: the row's reason (``""`` if none);
@@ -64,6 +69,8 @@ NOT_CHECKED_YET = "not checked yet"
 DEFAULT_THRESHOLD = timedelta(seconds=30)
 #: Hosts named in the entry's ``reason`` at most, the most recent first.
 MAX_HOSTS_NAMED = 5
+#: The most bytes the entry's JSON takes (Overseer's ``ENTRY_BUDGET``).
+ENTRY_BUDGET = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -178,11 +185,42 @@ def executor_entry(rows: Iterable[Row], threshold: timedelta, now: datetime) -> 
         "latest_executor_heartbeat": timestamp(latest.latest_heartbeat if latest else None),
         "detailed_status": detailed,
         "instances": instances,
+        "instances_left_out": 0,
     }
     reason = overseer_reason(rows, live, latest, threshold)
     if reason:
         entry["reason"] = reason
-    return entry
+    return bounded(entry)
+
+
+def json_size(value: Any) -> int:
+    """The bytes of ``value``'s JSON as the middleware writes it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def bounded(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` within :data:`ENTRY_BUDGET`: when its instances are too many,
+    those ``unhealthy`` are kept first, then ``unknown``, then ``healthy`` (each
+    kept one in its place), as Overseer bounds its own entry."""
+    if json_size(entry) <= ENTRY_BUDGET:
+        return entry
+    instances = entry["instances"]
+    fixed = json_size({**entry, "instances": [], "instances_left_out": len(instances)})
+    rank = {UNHEALTHY: 0, UNKNOWN: 1}
+    order = sorted(range(len(instances)), key=lambda i: rank.get(instances[i]["health"], 2))
+    room = ENTRY_BUDGET - fixed
+    kept = set()
+    for i in order:
+        # Its JSON and the comma before it.
+        needs = json_size(instances[i]) + 1
+        if needs <= room:
+            room -= needs
+            kept.add(i)
+    return {
+        **entry,
+        "instances": [x for i, x in enumerate(instances) if i in kept],
+        "instances_left_out": len(instances) - len(kept),
+    }
 
 
 def overseer_reason(
@@ -224,5 +262,6 @@ def unreadable_entry(why: str) -> dict[str, Any]:
         "latest_executor_heartbeat": None,
         "detailed_status": UNKNOWN,
         "instances": [],
+        "instances_left_out": 0,
         "reason": why,
     }
