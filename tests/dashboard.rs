@@ -1022,3 +1022,74 @@ async fn the_history_strip_draws_each_state_of_the_last_day_with_its_reason_on_h
     );
     drop(serving);
 }
+
+/// A fleet too large for the report: the executor's card shows the report's
+/// first few workers, says how many it left out, and "show all" lists every
+/// one from `/api/v2/monitor/health/executor/workers`; the whole list stays
+/// through the report's next change. The worker is a real Celery 5.5.3 worker
+/// heartbeating on a throwaway Redis; only the cut is made here (a report
+/// cuts at ten, a fleet this machine cannot run in a test), by showing the
+/// service's own report with its workers left out.
+#[test]
+fn show_all_lists_every_worker_the_report_left_out_and_keeps_them_listed() {
+    let Some(browser) = Driver::start() else {
+        return;
+    };
+    let Some(broker) = ThrowawayRedis::start(&[]) else {
+        return;
+    };
+    let Some(venv) = support::celery_venv() else {
+        return;
+    };
+    let url = broker.url(None, 0);
+    let worker = overseer_testkit::celery::Worker::start_heartbeating(&venv, &url, "default");
+    let node = worker.node.clone();
+    let (serving, _dir) = support::serve_celery(&url, &[], "");
+    let report = support::health_until(&serving, "the worker heard by its heartbeats", |j| {
+        support::celery(j).is_some_and(|c| {
+            c["detail"]["workers"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w["name"] == node.as_str()))
+        })
+    });
+    browser.open_live(&serving.url("/"));
+
+    let mut cut = report.clone();
+    for instance in cut["executor"]["instances"].as_array_mut().unwrap() {
+        if instance["executor"] == "CeleryExecutor" {
+            let detail = &mut instance["detail"];
+            let count = detail["workers"].as_array().unwrap().len();
+            detail["workers"] = json!([]);
+            detail["workers_left_out"] = json!(count);
+        }
+    }
+    const WORKERS: &str = "return [...document.querySelectorAll('#card-executor ul.workers li')]\
+         .map((w) => w.dataset.worker)";
+    const MORE: &str = "const more = document.querySelector('#card-executor .more.workers'); \
+         return more ? more.innerText : null";
+    let shown = browser.eval_with(
+        &format!(
+            "events.close(); render(arguments[0]); return [{}, {}]",
+            value_of(WORKERS),
+            value_of(MORE)
+        ),
+        json!([cut]),
+    );
+    assert_eq!(shown[0], json!([]), "{shown}");
+    let more = shown[1].as_str().unwrap_or_default();
+    assert!(more.starts_with("1 more not shown here"), "{shown}");
+
+    browser.eval("document.querySelector('#card-executor .more.workers button').click()");
+    browser.wait_for(WORKERS, json!([node]));
+    assert_eq!(
+        browser.eval(MORE),
+        Value::Null,
+        "the note goes with the cut"
+    );
+    browser.screenshot("dashboard-show-all.png");
+
+    // The report changes (the same cut, newer): the list stays whole.
+    browser.eval_with("render(arguments[0])", json!([cut]));
+    browser.wait_for(WORKERS, json!([node]));
+    assert_eq!(browser.eval(MORE), Value::Null);
+}

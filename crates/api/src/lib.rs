@@ -12,6 +12,8 @@
 //!   Server-Sent Events stream.
 //! - [`history`]: `GET /api/v2/monitor/health/history`, every change of a
 //!   verdict's state, read from the database (a small pool, a timeout).
+//! - [`fleet`]: `GET /api/v2/monitor/health/executor/workers` and `/queues`,
+//!   every worker and queue the checks saw, paged (the report shows a few).
 //! - [`openapi`]: `GET /openapi.json`, generated from the types the responses
 //!   are written from (the report's are core's own).
 //! - [`metrics`]: `GET /metrics`, in Prometheus' text format.
@@ -31,6 +33,7 @@
 pub mod dashboard;
 pub mod early_errors;
 pub mod errors;
+pub mod fleet;
 pub mod health;
 pub mod history;
 pub mod metrics;
@@ -153,6 +156,18 @@ pub fn routes(config: &mut web::ServiceConfig) {
             web::resource("/api/v2/monitor/health/history")
                 .route(web::get().to(history::history))
                 .route(web::head().to(history::history))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/v2/monitor/health/executor/workers")
+                .route(web::get().to(fleet::workers))
+                .route(web::head().to(fleet::workers))
+                .default_service(web::to(errors::method_not_allowed)),
+        )
+        .service(
+            web::resource("/api/v2/monitor/health/executor/queues")
+                .route(web::get().to(fleet::queues))
+                .route(web::head().to(fleet::queues))
                 .default_service(web::to(errors::method_not_allowed)),
         )
         .service(

@@ -28,6 +28,8 @@ use crate::version::VersionInfo;
         crate::health::health,
         crate::health::stream,
         crate::history::history,
+        crate::fleet::workers,
+        crate::fleet::queues,
         crate::metrics::metrics,
         crate::version::version
     ),

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod fleet;
 mod history;
 mod metrics;
 mod openapi;

@@ -233,13 +233,16 @@ async fn measure(
     if events {
         let started = Instant::now();
         loop {
-            heard = get_json(&format!("http://{addr}/api/v2/monitor/health"))
-                .and_then(|json| {
-                    json["executor"]["instances"][0]["detail"]["workers"]
-                        .as_array()
-                        .map(|w| w.iter().filter(|w| w["state"] == "online").count())
-                })
-                .unwrap_or(0);
+            // The health entry shows a few workers; the route, every one.
+            heard = get_json(&format!(
+                "http://{addr}/api/v2/monitor/health/executor/workers?limit=1000"
+            ))
+            .and_then(|page| {
+                page["workers"]
+                    .as_array()
+                    .map(|w| w.iter().filter(|w| w["state"] == "online").count())
+            })
+            .unwrap_or(0);
             if heard >= WORKERS {
                 break;
             }

@@ -182,13 +182,13 @@ fn instance(json: &Value) -> &Value {
     &json["executor"]["instances"][0]
 }
 
-/// The real worker's state in a health report.
-fn real_state(json: &Value) -> Option<String> {
-    instance(json)["detail"]["workers"]
-        .as_array()?
-        .iter()
-        .find(|w| w["name"] == REAL)
-        .and_then(|w| w["state"].as_str().map(str::to_owned))
+/// The real worker's state, as the workers' route says it (the health entry
+/// shows only a few of the flood's names).
+async fn real_state(addr: &str) -> Result<Option<String>> {
+    let url = format!("http://{addr}/api/v2/monitor/health/executor/workers?name={REAL}");
+    Ok(report(&url)
+        .await?
+        .and_then(|page| page["workers"][0]["state"].as_str().map(str::to_owned)))
 }
 
 /// Whether the report says the events subscription is behind (the broker
@@ -226,7 +226,7 @@ async fn flood(bin: &Path, url: &str, rabbit: bool, seconds: f64, rate: u64) -> 
     let started = Instant::now();
     loop {
         let json = report(&health).await?;
-        if json.as_ref().and_then(real_state).as_deref() == Some("online")
+        if real_state(&addr).await?.as_deref() == Some("online")
             && json
                 .as_ref()
                 .is_some_and(|j| instance(j)["health"] == "healthy")
@@ -288,7 +288,7 @@ async fn flood(bin: &Path, url: &str, rabbit: bool, seconds: f64, rate: u64) -> 
             }
             if !killed {
                 samples_before += 1;
-                let state = real_state(json);
+                let state = real_state(&addr).await?;
                 if state.as_deref() != Some("online") {
                     real_not_online += 1;
                     states_while_alive.insert(state.unwrap_or_else(|| "absent".into()));
