@@ -410,6 +410,7 @@ async fn no_per_executor_sample_carries_prometheus_instance_label() {
         "overseer_executor_seconds_since_check",
         "overseer_polls_total",
         "overseer_poll_timeouts_total",
+        "overseer_checks_started_late_total",
         "overseer_checks_running",
         "overseer_poll_duration_seconds_bucket",
         "overseer_queue_depth",

@@ -14,7 +14,8 @@ pub struct ExecutorStats {
     pub polls: AtomicU64,
     /// Ticks that sent nothing because the previous poll was still unanswered.
     pub skipped: AtomicU64,
-    /// Polls not answered within `poll_timeout`.
+    /// Polls not answered within `poll_timeout` by a check that ran for it
+    /// (those this host ran too late are `host_late`).
     pub timeouts: AtomicU64,
     /// Answers that came after their poll had timed out (logged and dropped).
     pub late_replies: AtomicU64,
@@ -41,6 +42,13 @@ pub struct ExecutorStats {
     /// The canary's pickup latencies (queued to started), per queue: each
     /// canary counted once, when a read first sees it started.
     pub canary_pickups: Mutex<BTreeMap<String, Pickups>>,
+    /// Polls that timed out because Overseer's own host did not run their
+    /// check in time (it started too late to answer, or not at all): judged
+    /// `unknown`, never the executor's fault.
+    pub host_late: AtomicU64,
+    /// The latest check run to start: the tick of the poll it answers, and
+    /// when it began to run (on a pool thread, or a thread of its own).
+    started: Mutex<Option<(u64, tokio::time::Instant)>>,
 }
 
 /// Upper bounds of the canary pickup histogram, in seconds: from a warm
@@ -98,6 +106,8 @@ pub struct StatsSnapshot {
     pub checks_running_max: u64,
     /// See [`ExecutorStats::stalls`].
     pub stalls: u64,
+    /// Polls not judged because Overseer's host ran their check too late.
+    pub host_late: u64,
 }
 
 impl ExecutorStats {
@@ -114,6 +124,7 @@ impl ExecutorStats {
             checks_running: get(&self.checks_running),
             checks_running_max: get(&self.checks_running_max),
             stalls: get(&self.stalls),
+            host_late: get(&self.host_late),
         }
     }
 
@@ -154,6 +165,34 @@ impl ExecutorStats {
 
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The check run for the poll of `tick` has begun to run, now.
+    pub(crate) fn mark_started(&self, tick: u64) {
+        *self.started_lock() = Some((tick, tokio::time::Instant::now()));
+    }
+
+    /// The poll of `tick` joins the check already running (an earlier poll's):
+    /// it started when that one did.
+    pub(crate) fn mark_joined(&self, tick: u64) {
+        let mut started = self.started_lock();
+        if let Some((_, at)) = *started {
+            *started = Some((tick, at));
+        }
+    }
+
+    /// When the check run for the poll of `tick` began to run; `None` when it
+    /// has not (yet).
+    pub(crate) fn started_for(&self, tick: u64) -> Option<tokio::time::Instant> {
+        self.started_lock()
+            .filter(|(started, _)| *started == tick)
+            .map(|(_, at)| at)
+    }
+
+    fn started_lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, tokio::time::Instant)>> {
+        self.started
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Marks a check as running until the returned guard is dropped.

@@ -5,6 +5,7 @@
 mod support;
 
 mod alarm;
+mod busy_host;
 mod canary;
 mod connect;
 mod cost;

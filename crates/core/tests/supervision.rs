@@ -27,7 +27,7 @@ use overseer_migration::{Migrator, MigratorTrait};
 
 /// Runs `test` in an actix system whose clock is paused: sleeping advances it
 /// at once to the next timer.
-fn paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
+pub(crate) fn paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
     actix_rt::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -40,7 +40,7 @@ fn paused<F: Future<Output = ()>>(test: impl FnOnce() -> F) {
 
 /// Collects every verdict the supervisor sends.
 #[derive(Default, Clone)]
-struct Verdicts(Arc<Mutex<Vec<NewVerdict>>>);
+pub(crate) struct Verdicts(Arc<Mutex<Vec<NewVerdict>>>);
 
 impl Actor for Collector {
     type Context = Context<Self>;
@@ -56,7 +56,7 @@ impl Handler<NewVerdict> for Collector {
 }
 
 impl Verdicts {
-    fn of(&self, executor: usize) -> Vec<ExecutorHealth> {
+    pub(crate) fn of(&self, executor: usize) -> Vec<ExecutorHealth> {
         self.0
             .lock()
             .unwrap()
@@ -75,6 +75,17 @@ fn supervise(
     policy: RestartPolicy,
     executors: Vec<Executor>,
 ) -> (Addr<HealthSupervisor>, Verdicts, Vec<Arc<ExecutorStats>>) {
+    let checks = AsyncChecks::tasks_of(tokio::runtime::Handle::current());
+    supervise_on(settings, policy, executors, &checks)
+}
+
+/// [`supervise`], with the async checks run by `checks`.
+pub(crate) fn supervise_on(
+    settings: PollSettings,
+    policy: RestartPolicy,
+    executors: Vec<Executor>,
+    checks: &AsyncChecks,
+) -> (Addr<HealthSupervisor>, Verdicts, Vec<Arc<ExecutorStats>>) {
     let verdicts = Verdicts::default();
     let sink = Collector(verdicts.clone()).start().recipient();
     let mut all_stats = Vec::new();
@@ -84,9 +95,8 @@ fn supervise(
             let stats = Arc::new(ExecutorStats::default());
             all_stats.push(stats.clone());
             let label = executor.label();
-            let checks = AsyncChecks::tasks_of(tokio::runtime::Handle::current());
-            let addr =
-                ExecutorActor::new(executor, stats.clone(), policy, checks).start_supervised();
+            let addr = ExecutorActor::new(executor, stats.clone(), policy, checks.clone())
+                .start_supervised();
             (addr, stats, label)
         })
         .collect();
@@ -97,7 +107,7 @@ fn supervise(
     )
 }
 
-fn every(poll_interval: Duration, poll_timeout: Duration) -> PollSettings {
+pub(crate) fn every(poll_interval: Duration, poll_timeout: Duration) -> PollSettings {
     PollSettings {
         poll_interval,
         poll_timeout,
@@ -106,7 +116,7 @@ fn every(poll_interval: Duration, poll_timeout: Duration) -> PollSettings {
 }
 
 #[derive(Clone)]
-struct Hangs;
+pub(crate) struct Hangs;
 
 #[async_trait::async_trait]
 impl HealthCheck for Hangs {
@@ -116,7 +126,7 @@ impl HealthCheck for Hangs {
 }
 
 #[derive(Clone)]
-struct Healthy;
+pub(crate) struct Healthy;
 
 #[async_trait::async_trait]
 impl HealthCheck for Healthy {
@@ -128,10 +138,10 @@ impl HealthCheck for Healthy {
 /// Answers its polls from a script, one observation a poll, the last one
 /// for good: `(health, pending)`.
 #[derive(Clone)]
-struct Scripted(Arc<Mutex<std::collections::VecDeque<(ExecutorHealth, bool)>>>);
+pub(crate) struct Scripted(Arc<Mutex<std::collections::VecDeque<(ExecutorHealth, bool)>>>);
 
 impl Scripted {
-    fn new(script: impl IntoIterator<Item = (ExecutorHealth, bool)>) -> Self {
+    pub(crate) fn new(script: impl IntoIterator<Item = (ExecutorHealth, bool)>) -> Self {
         Self(Arc::new(Mutex::new(script.into_iter().collect())))
     }
 }

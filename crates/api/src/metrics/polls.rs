@@ -19,7 +19,7 @@ pub(super) fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) ->
     let local = |identity: &ExecutorIdentity| {
         executor_labels(&identity.executor_class, identity.instance.as_deref(), [])
     };
-    let counters: [(&str, &str, CounterField); 7] = [
+    let counters: [(&str, &str, CounterField); 8] = [
         ("overseer_polls_total", "Health checks asked for.", |s| {
             &s.polls
         }),
@@ -32,6 +32,12 @@ pub(super) fn executors(executors: &[(ExecutorIdentity, Arc<ExecutorStats>)]) ->
             "overseer_poll_timeouts_total",
             "Polls not answered within poll_timeout.",
             |s| &s.timeouts,
+        ),
+        (
+            "overseer_checks_started_late_total",
+            "Polls whose check this host did not run in time to answer within poll_timeout (started late, \
+             or not at all): not the executor's fault, never unhealthy; a rate is Overseer's host short of CPU.",
+            |s| &s.host_late,
         ),
         (
             "overseer_late_replies_total",

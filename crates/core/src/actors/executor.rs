@@ -265,13 +265,17 @@ impl ExecutorActor {
     /// Runs the check off this actor's thread: an async check on the check pool
     /// (or on a thread of its own, once it was found blocking), a blocking check
     /// on a thread of its own. Resolves to the verdict, or to the panic's message.
-    fn run_check(&mut self) -> CheckFuture {
+    fn run_check(&mut self, tick: u64) -> CheckFuture {
         let running = self.stats.check_started();
         let start = std::mem::replace(&mut self.unstarted, false);
+        let stats = self.stats.clone();
         match &self.check {
             Check::Async(check) => {
                 let check = check.clone();
                 let work = async move {
+                    // When the host runs it: the supervisor tells a check
+                    // that got no time from one that got no answer.
+                    stats.mark_started(tick);
                     let _running = running;
                     if start {
                         check.start().await;
@@ -286,6 +290,7 @@ impl ExecutorActor {
                 let spawned = std::thread::Builder::new()
                     .name("overseer-check".into())
                     .spawn(move || {
+                        stats.mark_started(tick);
                         let _running = running;
                         let outcome =
                             std::panic::catch_unwind(AssertUnwindSafe(|| check.observe()))
@@ -385,6 +390,7 @@ impl Handler<CheckHealth> for ExecutorActor {
             self.standing = Standing::Probation;
         }
         if let CheckRun::Running { waiting } = &mut self.run {
+            self.stats.mark_joined(reply.tick);
             waiting.push(reply);
             return;
         }
@@ -392,7 +398,7 @@ impl Handler<CheckHealth> for ExecutorActor {
             waiting: Vec::new(),
         };
         ctx.spawn(
-            self.run_check()
+            self.run_check(reply.tick)
                 .into_actor(self)
                 .map(move |outcome, act, ctx| {
                     let waiting = match std::mem::replace(&mut act.run, CheckRun::Idle) {

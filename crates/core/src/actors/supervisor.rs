@@ -5,7 +5,10 @@
 //!    one on a watched pool where a check that blocks its thread is given that
 //!    thread and starves no other ([`crate::check::pool`]);
 //! 2. the timeout is the supervisor's: no answer within `poll_timeout` is
-//!    `Unhealthy("no reply within 5s")`, whatever the executor does;
+//!    `Unhealthy("no reply within 5s")`, whatever the executor does, once
+//!    its check has run for that long: a check this host did not start in
+//!    time (its threads busy, a CPU short) is not the executor's fault, and
+//!    reads `unknown` naming the host (see [`HealthSupervisor::expire`]);
 //! 3. the in-flight guard: while a poll is unanswered, later ticks send that
 //!    executor nothing (and count the skip), so each executor has at most one
 //!    `CheckHealth` queued or running, ever. A late answer clears the guard; its
@@ -111,6 +114,12 @@ enum Awaits {
     /// A late answer: the poll's timeout was reported (`no reply within`), so
     /// the answer is counted late and dropped.
     Late,
+    /// The poll timed out because this host did not run its check in time:
+    /// its answer, whenever it comes, is the verdict; once the check has run
+    /// for the whole timeout without one, its silence is the executor's after
+    /// all ([`HealthSupervisor::rejudge`]). `said`: `unknown` naming the host
+    /// was reported for it.
+    HostLate { said: bool },
 }
 
 /// One executor, as the supervisor sees it.
@@ -196,6 +205,7 @@ impl HealthSupervisor {
         self.tick += 1;
         let tick = self.tick;
         let now = Instant::now();
+        self.rejudge();
         for (index, executor) in self.executors.iter_mut().enumerate() {
             if executor.in_flight.is_some() {
                 ExecutorStats::bump(&executor.stats.skipped);
@@ -273,31 +283,106 @@ impl HealthSupervisor {
         );
     }
 
-    /// The polls of `tick` still unanswered are reported unhealthy; their guard stays.
+    /// The polls of `tick` still unanswered are reported unhealthy, unless
+    /// Overseer's own host did not run their check in time; their guard stays.
+    ///
+    /// A check that began to run within the first half of the timeout had the
+    /// time to answer: its silence is the executor's (`no reply within 5s`).
+    /// One that began later, or not at all, was kept waiting by this host (its
+    /// check threads busy, its runtime starved, a CPU short), which says
+    /// nothing of the executor: the verdict held stays (before the first, it
+    /// is `unknown`, naming the host), and the poll is judged again at the
+    /// next ticks ([`Self::rejudge`]) or by its answer, whenever it comes.
     fn expire(&mut self, tick: u64) {
-        let reason = format!(
-            "no reply within {}",
-            crate::duration::short(self.settings.poll_timeout)
-        );
+        let timeout = self.settings.poll_timeout;
+        let reason = format!("no reply within {}", crate::duration::short(timeout));
         for index in 0..self.executors.len() {
             let executor = &mut self.executors[index];
             let Some(in_flight) = executor.in_flight.as_mut() else {
                 continue;
             };
-            if in_flight.tick != tick || in_flight.awaits == Awaits::Late {
+            if in_flight.tick != tick || in_flight.awaits != Awaits::Verdict {
                 continue;
             }
-            in_flight.awaits = Awaits::Late;
-            ExecutorStats::bump(&executor.stats.timeouts);
-            // The verdict's line says it, once; a poll's timeout is detail.
-            tracing::debug!(executor = %executor.label, "{reason}");
-            self.observe(
-                index,
-                ExecutorHealth::unhealthy(reason.clone()),
-                None,
-                None,
-                false,
+            let started = executor.stats.started_for(tick);
+            if started.is_some_and(|at| at.duration_since(in_flight.sent) <= timeout / 2) {
+                in_flight.awaits = Awaits::Late;
+                ExecutorStats::bump(&executor.stats.timeouts);
+                // The verdict's line says it, once; a poll's timeout is detail.
+                tracing::debug!(executor = %executor.label, "{reason}");
+                self.observe(
+                    index,
+                    ExecutorHealth::unhealthy(reason.clone()),
+                    None,
+                    None,
+                    false,
+                );
+                continue;
+            }
+            in_flight.awaits = Awaits::HostLate { said: false };
+            ExecutorStats::bump(&executor.stats.host_late);
+            tracing::debug!(
+                executor = %executor.label,
+                started_after = ?started.map(|at| at.duration_since(in_flight.sent)),
+                load = %host_load(),
+                "this host did not run the check in time; the executor is not judged by this poll"
             );
+            if executor.reported_at.is_none() {
+                self.host_late(index);
+            }
+        }
+    }
+
+    /// Says executor `index` is `unknown` because this host did not run its
+    /// check in time, unless it is `unhealthy` already: a fault that continues
+    /// keeps its verdict and its reason while the host is busy.
+    fn host_late(&mut self, index: usize) {
+        let executor = &mut self.executors[index];
+        if let Some(in_flight) = executor.in_flight.as_mut() {
+            in_flight.awaits = Awaits::HostLate { said: true };
+        }
+        if matches!(executor.reported, ExecutorHealth::Unhealthy { .. }) {
+            return;
+        }
+        let reason = format!(
+            "not judged: Overseer's host did not run the check in time to answer within {}",
+            crate::duration::short(self.settings.poll_timeout)
+        );
+        self.observe(index, ExecutorHealth::unknown(reason), None, None, false);
+    }
+
+    /// At each tick, the polls this host ran late that are still unanswered.
+    /// One whose check has run for the whole timeout had its time, and its
+    /// silence is the executor's (`no reply within 5s`), as if it had started
+    /// in time. One whose check has still not started a whole timeout after
+    /// it expired is `unknown`, naming the host ([`Self::host_late`]).
+    fn rejudge(&mut self) {
+        let timeout = self.settings.poll_timeout;
+        let reason = format!("no reply within {}", crate::duration::short(timeout));
+        for index in 0..self.executors.len() {
+            let executor = &mut self.executors[index];
+            let Some(in_flight) = executor.in_flight.as_mut() else {
+                continue;
+            };
+            let Awaits::HostLate { said } = in_flight.awaits else {
+                continue;
+            };
+            match executor.stats.started_for(in_flight.tick) {
+                Some(at) if at.elapsed() >= timeout => {
+                    in_flight.awaits = Awaits::Late;
+                    ExecutorStats::bump(&executor.stats.timeouts);
+                    tracing::debug!(executor = %executor.label, "{reason} (the check started late, and ran its whole time)");
+                    self.observe(
+                        index,
+                        ExecutorHealth::unhealthy(reason.clone()),
+                        None,
+                        None,
+                        false,
+                    );
+                }
+                None if !said && in_flight.sent.elapsed() >= timeout * 2 => self.host_late(index),
+                _ => {}
+            }
         }
     }
 
@@ -477,4 +562,17 @@ impl Handler<StopPolling> for HealthSupervisor {
     fn handle(&mut self, _: StopPolling, ctx: &mut Context<Self>) {
         ctx.stop();
     }
+}
+
+/// The host's load, for the log line of a check it ran too late: `load 7.93
+/// on 2 cores` (Linux's `/proc/loadavg`), or `load not known`.
+fn host_load() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .map_or_else(
+            || "load not known".to_owned(),
+            |one| format!("load {one} on {cores} cores"),
+        )
 }
