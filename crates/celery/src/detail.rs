@@ -60,6 +60,7 @@ impl Probe {
             detail: (!detail.is_empty()).then_some(detail),
             note,
             pending: self.pending,
+            host_busy: false,
         }
     }
 

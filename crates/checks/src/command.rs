@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use overseer_core::duration::short;
 use overseer_core::secret::Scrubber;
-use overseer_core::{Executor, ExecutorHealth, HealthCheck, Reason};
+use overseer_core::{Executor, ExecutorHealth, HealthCheck, Observation, Reason};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -69,6 +69,7 @@ use crate::error::Result;
 
 mod argv;
 mod process;
+mod starved;
 
 pub use argv::{
     MIN_MASKED_IN_REASONS, check_argv, credential_arguments, redacted_argv, scrubbing_credentials,
@@ -138,8 +139,9 @@ impl CommandCheck {
     }
 
     /// Runs the program once, to its verdict.
-    async fn run(&self) -> ExecutorHealth {
-        let deadline = Instant::now() + self.inner.deadline;
+    async fn run(&self) -> Observation {
+        let started = Instant::now();
+        let deadline = started + self.inner.deadline;
         let mut command = Command::new(&self.inner.program);
         command
             .args(&self.inner.args)
@@ -151,8 +153,10 @@ impl CommandCheck {
         command.process_group(0);
         let mut child = match crate::orphans::spawning(|| command.spawn(), Child::id) {
             Ok(child) => child,
-            Err(e) => return ExecutorHealth::unhealthy(self.reason(&self.cannot_start(&e))),
+            Err(e) => return ExecutorHealth::unhealthy(self.reason(&self.cannot_start(&e))).into(),
         };
+        let spawn = started.elapsed();
+        let pid = child.id();
         // Declared after `child`, so dropped before it: the group is killed while
         // its leader is still unreaped, and its id cannot have been reused.
         let group = Group::of(&child);
@@ -184,17 +188,31 @@ impl CommandCheck {
                 )))
             }
             Err(_elapsed) => {
+                // Read before it is reaped: what this host did to it.
+                let starved = pid.and_then(|pid| starved::starved(pid, spawn, self.inner.deadline));
                 self.kill(&mut child, &group).await;
-                ExecutorHealth::unhealthy(self.reason(&format!(
-                    "check command {} timed out after {}",
-                    self.inner.program,
-                    short(self.inner.deadline)
-                )))
+                let program = &self.inner.program;
+                let within = short(self.inner.deadline);
+                match starved {
+                    // This host kept it from answering: not the executor's fault.
+                    // The reason holds still while the host stays busy; the
+                    // figures are the log's.
+                    Some(starved) => {
+                        tracing::debug!(%program, starved = %starved.said(), "check command starved by this host");
+                        crate::orphans::after_probe();
+                        return Observation::host_busy(self.reason(&format!(
+                            "not judged: Overseer's host did not run check command {program} in time to answer within {within} (its CPUs are busy)"
+                        )));
+                    }
+                    None => ExecutorHealth::unhealthy(
+                        self.reason(&format!("check command {program} timed out after {within}")),
+                    ),
+                }
             }
         };
         // What it left in a session of its own (setsid) is ended too.
         crate::orphans::after_probe();
-        verdict
+        verdict.into()
     }
 
     /// Kills the program's whole group, then the program, and reaps it.
@@ -281,6 +299,12 @@ impl HealthCheck for CommandCheck {
     /// The verdict of [`Self::run`], its reason made with the command's
     /// credential arguments masked before it is cut ([`Self::reason`]).
     async fn get_health(&self) -> ExecutorHealth {
+        self.run().await.health
+    }
+
+    /// [`Self::run`]'s observation: a probe this host starved is
+    /// [`Observation::host_busy`], never the executor's fault.
+    async fn observe(&self) -> Observation {
         self.run().await
     }
 }

@@ -36,6 +36,11 @@ pub struct Observation {
     /// `not checked yet`) and takes only the evidence. An `unhealthy` verdict
     /// is never pending: what the check saw fail is reported at once.
     pub pending: bool,
+    /// Overseer's own host kept the check from judging (its probe got no CPU
+    /// in time: [`Observation::host_busy`]): nothing is said of the executor.
+    /// The verdict is `unknown`, naming the host, unless the executor is
+    /// `unhealthy` already, which it stays, with its reason.
+    pub host_busy: bool,
 }
 
 impl Observation {
@@ -46,6 +51,16 @@ impl Observation {
             detail: Some(detail),
             note: None,
             pending: false,
+            host_busy: false,
+        }
+    }
+
+    /// Overseer's own host kept the check from judging (`reason` says how:
+    /// `not judged: ...`): `unknown`, never the executor's fault.
+    pub fn host_busy(reason: impl Into<Reason>) -> Self {
+        Self {
+            host_busy: true,
+            ..ExecutorHealth::unknown(reason).into()
         }
     }
 
@@ -99,6 +114,7 @@ impl From<ExecutorHealth> for Observation {
             detail: None,
             note: None,
             pending: false,
+            host_busy: false,
         }
     }
 }

@@ -52,6 +52,7 @@ pub mod entity;
 pub mod error;
 pub mod file;
 pub mod history;
+pub mod host;
 pub mod job;
 pub mod overseer;
 pub mod reason;

@@ -46,9 +46,21 @@ pub struct ExecutorStats {
     /// check in time (it started too late to answer, or not at all): judged
     /// `unknown`, never the executor's fault.
     pub host_late: AtomicU64,
-    /// The latest check run to start: the tick of the poll it answers, and
-    /// when it began to run (on a pool thread, or a thread of its own).
-    started: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// The latest check run to start: the tick of the poll it answers, when
+    /// it began to run (on a pool thread, or a thread of its own), and the
+    /// host's CPU stall then ([`crate::host::cpu_stall`]).
+    started: Mutex<Option<Started>>,
+    /// Its check's waits in the check pool's queue for a thread to poll it.
+    queue: Mutex<QueueWait>,
+}
+
+/// How long an executor's check has waited in the check pool's queue.
+#[derive(Debug, Default)]
+struct QueueWait {
+    /// Queued since then, not polled yet.
+    since: Option<std::time::Instant>,
+    /// Every wait that ended.
+    total: std::time::Duration,
 }
 
 /// Upper bounds of the canary pickup histogram, in seconds: from a warm
@@ -168,28 +180,64 @@ impl ExecutorStats {
     }
 
     /// The check run for the poll of `tick` has begun to run, now.
-    pub(crate) fn mark_started(&self, tick: u64) {
-        *self.started_lock() = Some((tick, tokio::time::Instant::now()));
+    pub(crate) fn mark_started(self: &std::sync::Arc<Self>, tick: u64) {
+        *self.started_lock() = Some(Started {
+            tick,
+            at: tokio::time::Instant::now(),
+            stall: crate::host::cpu_stall(),
+            queued: self.queue_waited(),
+            stats: std::sync::Arc::downgrade(self),
+        });
+    }
+
+    /// Its check was put in the check pool's queue, to wait for a thread.
+    pub(crate) fn queued(&self) {
+        let mut queue = self.queue_lock();
+        queue.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    /// A thread of the check pool polls its check now.
+    pub(crate) fn dequeued(&self) {
+        let mut queue = self.queue_lock();
+        if let Some(since) = queue.since.take() {
+            queue.total += since.elapsed();
+        }
+    }
+
+    /// How long its checks have waited in the check pool's queue, the wait
+    /// going on now included.
+    pub(crate) fn queue_waited(&self) -> std::time::Duration {
+        let queue = self.queue_lock();
+        queue.total
+            + queue
+                .since
+                .map_or_else(Default::default, |since| since.elapsed())
+    }
+
+    fn queue_lock(&self) -> std::sync::MutexGuard<'_, QueueWait> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The poll of `tick` joins the check already running (an earlier poll's):
     /// it started when that one did.
     pub(crate) fn mark_joined(&self, tick: u64) {
-        let mut started = self.started_lock();
-        if let Some((_, at)) = *started {
-            *started = Some((tick, at));
+        if let Some(started) = self.started_lock().as_mut() {
+            started.tick = tick;
         }
     }
 
     /// When the check run for the poll of `tick` began to run; `None` when it
     /// has not (yet).
-    pub(crate) fn started_for(&self, tick: u64) -> Option<tokio::time::Instant> {
+    pub(crate) fn started_for(&self, tick: u64) -> Option<Started> {
         self.started_lock()
-            .filter(|(started, _)| *started == tick)
-            .map(|(_, at)| at)
+            .as_ref()
+            .filter(|started| started.tick == tick)
+            .cloned()
     }
 
-    fn started_lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, tokio::time::Instant)>> {
+    fn started_lock(&self) -> std::sync::MutexGuard<'_, Option<Started>> {
         self.started
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -200,6 +248,36 @@ impl ExecutorStats {
         let now = self.checks_running.fetch_add(1, Ordering::Relaxed) + 1;
         self.checks_running_max.fetch_max(now, Ordering::Relaxed);
         RunningCheck(self.clone())
+    }
+}
+
+/// When a check run began, for the poll of `tick`.
+#[derive(Debug, Clone)]
+pub(crate) struct Started {
+    pub(crate) tick: u64,
+    pub(crate) at: tokio::time::Instant,
+    /// The host's CPU stall then; `None` where the kernel does not say.
+    stall: Option<std::time::Duration>,
+    /// Its executor's checks' wait in the pool's queue then.
+    queued: std::time::Duration,
+    stats: std::sync::Weak<ExecutorStats>,
+}
+
+impl Started {
+    /// How long the check has had the host to itself since it began: the
+    /// time since, less what it spent waiting in the check pool's queue for
+    /// a thread, less the host's CPU stall meanwhile (time it may have spent
+    /// waiting for a CPU, its probes' included).
+    pub(crate) fn given(&self) -> std::time::Duration {
+        let since = self.at.elapsed();
+        let stalled = match (self.stall, crate::host::cpu_stall()) {
+            (Some(then), Some(now)) => now.saturating_sub(then),
+            _ => std::time::Duration::ZERO,
+        };
+        let queued = self.stats.upgrade().map_or_else(Default::default, |stats| {
+            stats.queue_waited().saturating_sub(self.queued)
+        });
+        since.saturating_sub(stalled).saturating_sub(queued)
     }
 }
 

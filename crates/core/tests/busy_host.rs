@@ -176,3 +176,78 @@ fn an_unhealthy_executor_keeps_its_verdict_and_reason_while_the_host_is_busy() {
         System::current().stop();
     });
 }
+
+/// Waits a moment, then blocks its pool thread a while (less than the
+/// watchdog's limit), then answers healthy: a dozen of them keep the pool's
+/// two threads busy, each started in time and then queued behind the others.
+#[derive(Clone)]
+struct Busy;
+
+#[async_trait::async_trait]
+impl overseer_core::HealthCheck for Busy {
+    async fn get_health(&self) -> ExecutorHealth {
+        // Started at once (a wait), then back in the pool's queue behind the others.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        std::thread::sleep(Duration::from_millis(40));
+        ExecutorHealth::Healthy
+    }
+}
+
+/// On the production path (the watched pool of two check threads, real time):
+/// twelve checks that each hold a thread for 40 ms take 240 ms to run through
+/// the pool, longer than the 200 ms timeout. Each began at once, then waited
+/// in the pool's queue for this host: none is blamed (no timeout is the
+/// executors'), and every one reads healthy.
+#[tokio::test]
+async fn on_the_production_path_checks_queued_behind_a_busy_pool_are_not_blamed() {
+    use overseer_migration::{Migrator, MigratorTrait};
+    let db = overseer_testkit::sqlite().await;
+    Migrator::up(&db.conn, None).await.unwrap();
+    let mut executors: Vec<Executor> = (0..12)
+        .map(|i| Executor::new(format!("busy{i}:LocalExecutor"), Busy))
+        .collect();
+    executors.push(Executor::new("CeleryExecutor", Healthy));
+    let overseer = overseer_core::Overseer::builder()
+        .database(&db.url)
+        .hostname("sched-1")
+        .executors(executors)
+        .poll_interval(Duration::from_millis(500))
+        .poll_timeout(Duration::from_millis(200))
+        .heartbeat_interval(Duration::from_millis(100))
+        .refresh_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let all = overseer.executor_stats();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    // Five rounds of polls, each with some checks the pool ran late.
+    while all.iter().map(|(_, s)| s.snapshot().polls).min() < Some(5) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            overseer.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let late: u64 = all.iter().map(|(_, s)| s.snapshot().host_late).sum();
+    assert!(
+        late > 0,
+        "the pool kept some checks waiting: {:?}",
+        overseer.stats()
+    );
+    for (name, stats) in &all {
+        let stats = stats.snapshot();
+        assert_eq!(stats.timeouts, 0, "{name:?} was never blamed: {stats:?}");
+    }
+    let report = overseer.report();
+    let entry = report.executor.as_ref().unwrap();
+    assert!(
+        entry
+            .instances
+            .iter()
+            .all(|i| i.health != ExecutorHealth::unhealthy("no reply within 200ms")),
+        "{}",
+        report.json()
+    );
+    overseer.shutdown().await.unwrap();
+}

@@ -133,6 +133,7 @@ impl HealthCheck for Noted {
             detail: None,
             note: note.map(Into::into),
             pending: false,
+            host_busy: false,
         }
     }
 }

@@ -82,6 +82,10 @@ pub struct Answered {
     /// The check has not heard enough to judge yet ([`Observation::pending`]):
     /// the verdict held stays.
     pub pending: bool,
+    /// Overseer's host kept the check from judging
+    /// ([`Observation::host_busy`]): `unknown`, unless the verdict held is
+    /// `unhealthy`, which stays.
+    pub host_busy: bool,
 }
 
 /// The way back for one poll's answer. It answers once: with the verdict, or,
@@ -107,6 +111,7 @@ impl Reply {
                 tick: self.tick,
                 note: observation.healthy_note().cloned(),
                 pending: observation.pending,
+                host_busy: observation.host_busy,
                 health: observation.health,
                 detail: observation.detail.map(Arc::new),
             });

@@ -68,6 +68,11 @@ pub struct NewVerdict {
     pub note: Option<Reason>,
 }
 
+/// How many timeouts a check may run, its host starved or not, before its
+/// silence is its executor's all the same: a host starved for good still
+/// names a hung executor, at worst this many timeouts after its check began.
+pub const HOST_LATE_LIMIT: u32 = 8;
+
 /// How the supervisor polls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollSettings {
@@ -286,13 +291,15 @@ impl HealthSupervisor {
     /// The polls of `tick` still unanswered are reported unhealthy, unless
     /// Overseer's own host did not run their check in time; their guard stays.
     ///
-    /// A check that began to run within the first half of the timeout had the
-    /// time to answer: its silence is the executor's (`no reply within 5s`).
-    /// One that began later, or not at all, was kept waiting by this host (its
-    /// check threads busy, its runtime starved, a CPU short), which says
-    /// nothing of the executor: the verdict held stays (before the first, it
-    /// is `unknown`, naming the host), and the poll is judged again at the
-    /// next ticks ([`Self::rejudge`]) or by its answer, whenever it comes.
+    /// A check that began to run within the first half of the timeout, and
+    /// had the host for at least half of it since ([`given`](crate::stats::Started::given): the
+    /// time less the host's CPU stall), had the time to answer: its silence
+    /// is the executor's (`no reply within 5s`). One that began later, or not
+    /// at all, or was starved since, was kept waiting by this host (its check
+    /// threads busy, its runtime starved, its CPUs short), which says nothing
+    /// of the executor: the verdict held stays (before the first, it is
+    /// `unknown`, naming the host), and the poll is judged again at the next
+    /// ticks ([`Self::rejudge`]) or by its answer, whenever it comes.
     fn expire(&mut self, tick: u64) {
         let timeout = self.settings.poll_timeout;
         let reason = format!("no reply within {}", crate::duration::short(timeout));
@@ -305,7 +312,11 @@ impl HealthSupervisor {
                 continue;
             }
             let started = executor.stats.started_for(tick);
-            if started.is_some_and(|at| at.duration_since(in_flight.sent) <= timeout / 2) {
+            let had_its_time = started.as_ref().is_some_and(|started| {
+                started.at.duration_since(in_flight.sent) <= timeout / 2
+                    && started.given() >= timeout / 2
+            });
+            if had_its_time {
                 in_flight.awaits = Awaits::Late;
                 ExecutorStats::bump(&executor.stats.timeouts);
                 // The verdict's line says it, once; a poll's timeout is detail.
@@ -323,8 +334,9 @@ impl HealthSupervisor {
             ExecutorStats::bump(&executor.stats.host_late);
             tracing::debug!(
                 executor = %executor.label,
-                started_after = ?started.map(|at| at.duration_since(in_flight.sent)),
-                load = %host_load(),
+                started_after = ?started.as_ref().map(|s| s.at.duration_since(in_flight.sent)),
+                given = ?started.as_ref().map(|s| s.given()),
+                load = %crate::host::load(),
                 "this host did not run the check in time; the executor is not judged by this poll"
             );
             if executor.reported_at.is_none() {
@@ -352,10 +364,12 @@ impl HealthSupervisor {
     }
 
     /// At each tick, the polls this host ran late that are still unanswered.
-    /// One whose check has run for the whole timeout had its time, and its
-    /// silence is the executor's (`no reply within 5s`), as if it had started
-    /// in time. One whose check has still not started a whole timeout after
-    /// it expired is `unknown`, naming the host ([`Self::host_late`]).
+    /// One whose check has had the host for a whole timeout since it began
+    /// ([`given`](crate::stats::Started::given)), or [`HOST_LATE_LIMIT`] timeouts whatever the host (a host
+    /// starved for good must still name a hung executor), had its time, and
+    /// its silence is the executor's (`no reply within 5s`). One whose check
+    /// has still not started a whole timeout after it expired is `unknown`,
+    /// naming the host ([`Self::host_late`]).
     fn rejudge(&mut self) {
         let timeout = self.settings.poll_timeout;
         let reason = format!("no reply within {}", crate::duration::short(timeout));
@@ -368,7 +382,10 @@ impl HealthSupervisor {
                 continue;
             };
             match executor.stats.started_for(in_flight.tick) {
-                Some(at) if at.elapsed() >= timeout => {
+                Some(started)
+                    if started.given() >= timeout
+                        || started.at.elapsed() >= timeout * HOST_LATE_LIMIT =>
+                {
                     in_flight.awaits = Awaits::Late;
                     ExecutorStats::bump(&executor.stats.timeouts);
                     tracing::debug!(executor = %executor.label, "{reason} (the check started late, and ran its whole time)");
@@ -396,7 +413,8 @@ impl HealthSupervisor {
             health,
             detail,
             note,
-            pending,
+            mut pending,
+            host_busy,
         } = answer;
         let Some(executor) = self.executors.get_mut(index) else {
             return false;
@@ -418,6 +436,11 @@ impl HealthSupervisor {
             return in_flight.rung;
         }
         executor.stats.observe_poll(in_flight.sent.elapsed());
+        if host_busy {
+            // Not the executor's fault: a fault it has keeps its reason.
+            ExecutorStats::bump(&executor.stats.host_late);
+            pending |= matches!(executor.reported, ExecutorHealth::Unhealthy { .. });
+        }
         self.observe(index, health, detail, note, pending);
         in_flight.rung
     }
@@ -562,17 +585,4 @@ impl Handler<StopPolling> for HealthSupervisor {
     fn handle(&mut self, _: StopPolling, ctx: &mut Context<Self>) {
         ctx.stop();
     }
-}
-
-/// The host's load, for the log line of a check it ran too late: `load 7.93
-/// on 2 cores` (Linux's `/proc/loadavg`), or `load not known`.
-fn host_load() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
-        .map_or_else(
-            || "load not known".to_owned(),
-            |one| format!("load {one} on {cores} cores"),
-        )
 }

@@ -256,6 +256,7 @@ impl Rules {
             detail,
             note,
             pending,
+            host_busy,
         } = observation;
         let mut detail = detail.unwrap_or_default();
         detail.queued_tasks = queued;
@@ -293,11 +294,14 @@ impl Rules {
         let note = note.filter(|_| health == ExecutorHealth::Healthy);
         // A finding is a verdict of its own: it does not wait.
         let pending = pending && !matches!(health, ExecutorHealth::Unhealthy { .. });
+        // The host kept the check from judging, and nothing else judged.
+        let host_busy = host_busy && matches!(health, ExecutorHealth::Unknown { .. });
         Observation {
             health,
             detail: (!detail.is_empty()).then_some(detail),
             note,
             pending,
+            host_busy,
         }
     }
 }

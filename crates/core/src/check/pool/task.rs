@@ -135,6 +135,7 @@ impl Task {
         {
             return true;
         }
+        self.executor.stats.dequeued();
         let waker = Waker::from(self.clone());
         let mut future = lock(&self.future);
         let ready = match future.as_mut() {

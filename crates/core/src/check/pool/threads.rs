@@ -128,6 +128,7 @@ impl Shared {
             task.cancel();
             return;
         }
+        task.executor.stats.queued();
         queue.tasks.push_back(task);
         let wake = queue.idle > queue.waking;
         if wake {
