@@ -25,6 +25,8 @@ use crate::{ApiState, errors};
 pub const DEFAULT_LIMIT: usize = 100;
 /// The largest page.
 pub const MAX_LIMIT: usize = 1000;
+/// The largest offset: past any fleet's end.
+pub const MAX_OFFSET: usize = 1_000_000;
 
 /// The query both routes take; every key is optional.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -43,8 +45,8 @@ pub struct FleetQuery {
     /// At most this many (default 100, at most 1000).
     #[param(required = false, value_type = Option<u64>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
-    /// Skip this many first (default 0).
-    #[param(required = false, value_type = Option<u64>, minimum = 0)]
+    /// Skip this many first (default 0, at most 1,000,000).
+    #[param(required = false, value_type = Option<u64>, minimum = 0, maximum = 1000000)]
     pub offset: Option<String>,
 }
 
@@ -65,7 +67,11 @@ impl FleetQuery {
             None => 0,
             Some(text) => text
                 .parse::<usize>()
-                .map_err(|_| format!("offset: {text:?} is not a whole number from 0"))?,
+                .ok()
+                .filter(|offset| *offset <= MAX_OFFSET)
+                .ok_or_else(|| {
+                    format!("offset: {text:?} is not a whole number from 0 to {MAX_OFFSET}")
+                })?,
         };
         Ok((limit, offset))
     }
@@ -212,7 +218,7 @@ fn latest(state: &ApiState) -> Arc<HealthReport> {
     params(FleetQuery),
     responses(
         (status = 200, description = "A page of workers", body = WorkerPage),
-        (status = 400, description = "limit not within 1-1000, or offset not a whole number", body = crate::errors::ErrorBody),
+        (status = 400, description = "limit not within 1-1000, or offset not within 0-1000000", body = crate::errors::ErrorBody),
     )
 )]
 pub async fn workers(
@@ -245,7 +251,7 @@ pub async fn workers(
     params(FleetQuery),
     responses(
         (status = 200, description = "A page of queues", body = QueuePage),
-        (status = 400, description = "limit not within 1-1000, or offset not a whole number", body = crate::errors::ErrorBody),
+        (status = 400, description = "limit not within 1-1000, or offset not within 0-1000000", body = crate::errors::ErrorBody),
     )
 )]
 pub async fn queues(

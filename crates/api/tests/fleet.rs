@@ -190,6 +190,7 @@ async fn a_bad_page_is_400_naming_the_key() {
         ("limit=1001", "limit"),
         ("limit=ten", "limit"),
         ("offset=-1", "offset"),
+        ("offset=1000001", "offset"),
     ] {
         for route in ["workers", "queues"] {
             let uri = format!("/api/v2/monitor/health/executor/{route}?{query}");
