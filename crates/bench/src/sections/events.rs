@@ -51,6 +51,10 @@ struct Scrapes {
     overseer: Vec<Load>,
     bare: Vec<Load>,
     bytes: usize,
+    /// The health JSON beside them: its size (the entry bounded, whatever
+    /// the fleet), and wrk's runs on it.
+    health: Vec<Load>,
+    health_bytes: usize,
 }
 
 /// How long the harness waits for Overseer to have heard every worker.
@@ -298,10 +302,14 @@ fn scrapes(addr: &str, dir: &Path, runs: usize) -> Result<Scrapes> {
     let (_, body) = get(&url).context("/metrics answered nothing")?;
     let (mut bare, bare_addr) = start_bare(dir, &body)?;
     let (connections, seconds) = SCRAPE_LOAD;
+    let health = format!("http://{addr}/api/v2/monitor/health");
+    let (_, health_body) = get(&health).context("the health JSON answered nothing")?;
     let mut scrapes = Scrapes {
         overseer: Vec::with_capacity(runs),
         bare: Vec::with_capacity(runs),
         bytes: body.len(),
+        health: Vec::with_capacity(runs),
+        health_bytes: health_body.len(),
     };
     for _ in 0..runs {
         scrapes.bare.push(wrk(
@@ -310,6 +318,7 @@ fn scrapes(addr: &str, dir: &Path, runs: usize) -> Result<Scrapes> {
             seconds,
         )?);
         scrapes.overseer.push(wrk(&url, connections, seconds)?);
+        scrapes.health.push(wrk(&health, connections, seconds)?);
     }
     bare.stop();
     Ok(scrapes)
@@ -437,4 +446,15 @@ fn write_scrapes(text: &mut String, scrapes: &Scrapes) {
         count(scrapes.overseer.len(), "pair"),
         table(&["endpoint", "requests/s", "p50, ms"], &rows),
     );
+    if let Some(health) = rps(&scrapes.health) {
+        let _ = write!(
+            text,
+            "\nThe health JSON beside them, its `executor` entry bounded (the first workers, at \
+             fault first; every one at `/api/v2/monitor/health/executor/workers`): a body of {}, \
+             {} requests a second, p50 {} ms.\n",
+            crate::stats::bytes(scrapes.health_bytes as f64),
+            health.cell(0),
+            cell(p50(&scrapes.health)),
+        );
+    }
 }
