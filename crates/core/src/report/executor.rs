@@ -25,6 +25,10 @@ pub struct ExecutorInstance {
     pub instance: Option<String>,
     /// The host of the supervising process.
     pub hostname: Option<String>,
+    /// The team whose executor it is (Airflow 3.3's `[core] multi_team`: the
+    /// executor `team_a=CeleryExecutor` is team `team_a`'s), as upstream
+    /// names an instance's scope; `null` outside teams.
+    pub team_name: Option<String>,
     /// The row's latest heartbeat.
     #[serde(
         rename = "latest_executor_heartbeat",

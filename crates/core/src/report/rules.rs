@@ -189,6 +189,7 @@ impl HealthReport {
                             executor: r.executor_class.clone(),
                             instance: r.executor_instance.clone(),
                             hostname: r.hostname.clone(),
+                            team_name: r.executor_class.as_deref().and_then(team_of),
                             latest_heartbeat: r.latest_heartbeat,
                             health_kind: ExecutorHealthKind::of(&health),
                             reason: {
@@ -245,6 +246,15 @@ impl HealthReport {
             json: String::new(),
         }
     }
+}
+
+/// The team of an executor named as Overseer names a team's
+/// (`team_a=CeleryExecutor`); `None` for any other name.
+pub fn team_of(executor: &str) -> Option<String> {
+    executor
+        .split_once('=')
+        .map(|(team, _)| team.to_owned())
+        .filter(|team| !team.is_empty())
 }
 
 /// Airflow's liveness test: `running`, and a heartbeat younger than the threshold.

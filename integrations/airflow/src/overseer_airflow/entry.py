@@ -28,6 +28,8 @@ field                       rule
                             first and the rest left out
 ``instances_left_out``      how many live rows were left out (0 but with
                             hundreds of executors)
+``instances[].team_name``   the team of a team's executor (``team_a`` of
+                            ``team_a=CeleryExecutor``), else ``null``
 ``instances[].health``      ``executor_health``; a value Overseer does not write
                             is ``unhealthy``, saying so
 ``instances[].reason``      ``unhealthy``: the row's reason (``""`` if none);
@@ -128,6 +130,14 @@ def verdict(row: Row) -> tuple[str, str | None]:
     return UNHEALTHY, f"job table: executor_health has unexpected value {shown}"
 
 
+def team_of(executor: str | None) -> str | None:
+    """The team of an executor named as Overseer names a team's
+    (``team_a=CeleryExecutor``), as upstream's ``team_name``; else ``None``."""
+    if executor is None or "=" not in executor:
+        return None
+    return executor.split("=", 1)[0] or None
+
+
 def instance(row: Row) -> dict[str, Any]:
     """One live row, keyed as Overseer's ``instances[]``."""
     health, reason = verdict(row)
@@ -135,6 +145,7 @@ def instance(row: Row) -> dict[str, Any]:
         "executor": row.executor_class,
         "instance": row.executor_instance,
         "hostname": row.hostname,
+        "team_name": team_of(row.executor_class),
         "latest_executor_heartbeat": timestamp(row.latest_heartbeat),
         "health": health,
         "reason": reason,
