@@ -66,7 +66,7 @@ mod evidence;
 mod polls;
 
 use actix_web::HttpResponse;
-use actix_web::web::Data;
+use actix_web::web::{Bytes, Data};
 use chrono::{DateTime, Utc};
 use overseer_core::detail::Detail;
 use overseer_core::overseer::ExecutorIdentity;
@@ -154,15 +154,25 @@ impl Metrics {
     /// as encoded for the current report, then the rest (the verdicts and
     /// their ages, the components, the counters, `more`) encoded now.
     pub fn render(&self, more: Vec<MetricFamily>) -> prometheus::Result<Vec<u8>> {
+        let (evidence, live) = self.pieces(more)?;
+        let mut body = Vec::with_capacity(evidence.len() + live.len());
+        body.extend_from_slice(&evidence);
+        body.extend_from_slice(&live);
+        Ok(body)
+    }
+
+    /// [`Self::render`]'s body in its two pieces, uncopied: the evidence's
+    /// text, shared by every scrape of the same report (hundreds of
+    /// kilobytes with a large fleet), and the rest, encoded now.
+    pub fn pieces(&self, more: Vec<MetricFamily>) -> prometheus::Result<(Arc<[u8]>, Vec<u8>)> {
         let report = self.reports.borrow().clone();
         let evidence = self.evidence_text(&report)?;
         let mut live = self.live(&report);
         live.extend(more);
         live.retain(|f| !f.get_metric().is_empty());
-        let mut body = Vec::with_capacity(evidence.len() + 16 * 1024);
-        body.extend_from_slice(&evidence);
-        TextEncoder::new().encode(&live, &mut body)?;
-        Ok(body)
+        let mut rest = Vec::with_capacity(16 * 1024);
+        TextEncoder::new().encode(&live, &mut rest)?;
+        Ok((evidence, rest))
     }
 
     /// The evidence's families of `report`, encoded: kept from an earlier
@@ -473,13 +483,37 @@ pub async fn metrics(state: Data<ApiState>) -> HttpResponse {
         MetricType::GAUGE,
         vec![gauge(vec![], state.stream_places.open() as f64)],
     );
-    match state.metrics.render(vec![streams]) {
-        Ok(body) => HttpResponse::Ok()
+    match state.metrics.pieces(vec![streams]) {
+        Ok((evidence, rest)) => HttpResponse::Ok()
             .content_type(TextEncoder::new().format_type())
-            .body(body),
+            .body(Pieces([
+                Some(Bytes::from_owner(evidence)),
+                Some(Bytes::from(rest)),
+            ])),
         Err(e) => {
             tracing::error!(error = %e, "cannot encode metrics");
             HttpResponse::InternalServerError().finish()
         }
+    }
+}
+
+/// A body of two pieces sent one after the other, its length known (so it
+/// goes out with `Content-Length`, as any other): the shared evidence's text
+/// is never copied per scrape.
+struct Pieces([Option<Bytes>; 2]);
+
+impl actix_web::body::MessageBody for Pieces {
+    type Error = std::convert::Infallible;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        let len = self.0.iter().flatten().map(Bytes::len).sum::<usize>();
+        actix_web::body::BodySize::Sized(len as u64)
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        std::task::Poll::Ready(self.0.iter_mut().find_map(Option::take).map(Ok))
     }
 }
