@@ -180,13 +180,12 @@ impl ExecutorStats {
     }
 
     /// The check run for the poll of `tick` has begun to run, now.
-    pub(crate) fn mark_started(self: &std::sync::Arc<Self>, tick: u64) {
+    pub(crate) fn mark_started(&self, tick: u64) {
         *self.started_lock() = Some(Started {
             tick,
             at: tokio::time::Instant::now(),
             stall: crate::host::cpu_stall(),
             queued: self.queue_waited(),
-            stats: std::sync::Arc::downgrade(self),
         });
     }
 
@@ -260,7 +259,6 @@ pub(crate) struct Started {
     stall: Option<std::time::Duration>,
     /// Its executor's checks' wait in the pool's queue then.
     queued: std::time::Duration,
-    stats: std::sync::Weak<ExecutorStats>,
 }
 
 impl Started {
@@ -268,15 +266,14 @@ impl Started {
     /// time since, less what it spent waiting in the check pool's queue for
     /// a thread, less the host's CPU stall meanwhile (time it may have spent
     /// waiting for a CPU, its probes' included).
-    pub(crate) fn given(&self) -> std::time::Duration {
+    /// `stats` are its executor's, whose queue waits it reads.
+    pub(crate) fn given(&self, stats: &ExecutorStats) -> std::time::Duration {
         let since = self.at.elapsed();
         let stalled = match (self.stall, crate::host::cpu_stall()) {
             (Some(then), Some(now)) => now.saturating_sub(then),
             _ => std::time::Duration::ZERO,
         };
-        let queued = self.stats.upgrade().map_or_else(Default::default, |stats| {
-            stats.queue_waited().saturating_sub(self.queued)
-        });
+        let queued = stats.queue_waited().saturating_sub(self.queued);
         since.saturating_sub(stalled).saturating_sub(queued)
     }
 }

@@ -302,7 +302,6 @@ impl HealthSupervisor {
     /// ticks ([`Self::rejudge`]) or by its answer, whenever it comes.
     fn expire(&mut self, tick: u64) {
         let timeout = self.settings.poll_timeout;
-        let reason = format!("no reply within {}", crate::duration::short(timeout));
         for index in 0..self.executors.len() {
             let executor = &mut self.executors[index];
             let Some(in_flight) = executor.in_flight.as_mut() else {
@@ -314,20 +313,10 @@ impl HealthSupervisor {
             let started = executor.stats.started_for(tick);
             let had_its_time = started.as_ref().is_some_and(|started| {
                 started.at.duration_since(in_flight.sent) <= timeout / 2
-                    && started.given() >= timeout / 2
+                    && started.given(&executor.stats) >= timeout / 2
             });
             if had_its_time {
-                in_flight.awaits = Awaits::Late;
-                ExecutorStats::bump(&executor.stats.timeouts);
-                // The verdict's line says it, once; a poll's timeout is detail.
-                tracing::debug!(executor = %executor.label, "{reason}");
-                self.observe(
-                    index,
-                    ExecutorHealth::unhealthy(reason.clone()),
-                    None,
-                    None,
-                    false,
-                );
+                self.timed_out(index);
                 continue;
             }
             in_flight.awaits = Awaits::HostLate { said: false };
@@ -335,7 +324,7 @@ impl HealthSupervisor {
             tracing::debug!(
                 executor = %executor.label,
                 started_after = ?started.as_ref().map(|s| s.at.duration_since(in_flight.sent)),
-                given = ?started.as_ref().map(|s| s.given()),
+                given = ?started.as_ref().map(|s| s.given(&executor.stats)),
                 load = %crate::host::load(),
                 "this host did not run the check in time; the executor is not judged by this poll"
             );
@@ -343,6 +332,24 @@ impl HealthSupervisor {
                 self.host_late(index);
             }
         }
+    }
+
+    /// The poll in flight of executor `index` timed out, its check having had
+    /// its time: `no reply within 5s`, the executor's fault. Its answer, when
+    /// it comes, is counted late and dropped.
+    fn timed_out(&mut self, index: usize) {
+        let reason = format!(
+            "no reply within {}",
+            crate::duration::short(self.settings.poll_timeout)
+        );
+        let executor = &mut self.executors[index];
+        if let Some(in_flight) = executor.in_flight.as_mut() {
+            in_flight.awaits = Awaits::Late;
+        }
+        ExecutorStats::bump(&executor.stats.timeouts);
+        // The verdict's line says it, once; a poll's timeout is detail.
+        tracing::debug!(executor = %executor.label, "{reason}");
+        self.observe(index, ExecutorHealth::unhealthy(reason), None, None, false);
     }
 
     /// Says executor `index` is `unknown` because this host did not run its
@@ -372,7 +379,6 @@ impl HealthSupervisor {
     /// naming the host ([`Self::host_late`]).
     fn rejudge(&mut self) {
         let timeout = self.settings.poll_timeout;
-        let reason = format!("no reply within {}", crate::duration::short(timeout));
         for index in 0..self.executors.len() {
             let executor = &mut self.executors[index];
             let Some(in_flight) = executor.in_flight.as_mut() else {
@@ -383,19 +389,10 @@ impl HealthSupervisor {
             };
             match executor.stats.started_for(in_flight.tick) {
                 Some(started)
-                    if started.given() >= timeout
+                    if started.given(&executor.stats) >= timeout
                         || started.at.elapsed() >= timeout * HOST_LATE_LIMIT =>
                 {
-                    in_flight.awaits = Awaits::Late;
-                    ExecutorStats::bump(&executor.stats.timeouts);
-                    tracing::debug!(executor = %executor.label, "{reason} (the check started late, and ran its whole time)");
-                    self.observe(
-                        index,
-                        ExecutorHealth::unhealthy(reason.clone()),
-                        None,
-                        None,
-                        false,
-                    );
+                    self.timed_out(index);
                 }
                 None if !said && in_flight.sent.elapsed() >= timeout * 2 => self.host_late(index),
                 _ => {}
