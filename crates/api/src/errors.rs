@@ -99,3 +99,27 @@ pub fn bad_query(err: error::QueryPayloadError, _: &HttpRequest) -> error::Error
     );
     error::InternalError::from_response(err, response).into()
 }
+
+/// A query key's whole number: `default` when absent, else `text` read and
+/// held to `range`, or, for a one-line 400, what is wrong with it
+/// (`limit: "0" is not a whole number from 1 to 1000`).
+pub fn whole_number(
+    key: &str,
+    text: Option<&str>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, String> {
+    let Some(text) = text else {
+        return Ok(default);
+    };
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            format!(
+                "{key}: {text:?} is not a whole number from {} to {}",
+                range.start(),
+                range.end()
+            )
+        })
+}

@@ -53,27 +53,16 @@ pub struct FleetQuery {
 impl FleetQuery {
     /// `(limit, offset)`, or what is wrong with them.
     fn page(&self) -> Result<(usize, usize), String> {
-        let limit = match self.limit.as_deref() {
-            None => DEFAULT_LIMIT,
-            Some(text) => text
-                .parse::<usize>()
-                .ok()
-                .filter(|limit| (1..=MAX_LIMIT).contains(limit))
-                .ok_or_else(|| {
-                    format!("limit: {text:?} is not a whole number from 1 to {MAX_LIMIT}")
-                })?,
-        };
-        let offset = match self.offset.as_deref() {
-            None => 0,
-            Some(text) => text
-                .parse::<usize>()
-                .ok()
-                .filter(|offset| *offset <= MAX_OFFSET)
-                .ok_or_else(|| {
-                    format!("offset: {text:?} is not a whole number from 0 to {MAX_OFFSET}")
-                })?,
-        };
-        Ok((limit, offset))
+        let limit = errors::whole_number(
+            "limit",
+            self.limit.as_deref(),
+            DEFAULT_LIMIT as u64,
+            1..=MAX_LIMIT as u64,
+        )?;
+        let offset =
+            errors::whole_number("offset", self.offset.as_deref(), 0, 0..=MAX_OFFSET as u64)?;
+        // Both within `usize` by their bounds.
+        Ok((limit as usize, offset as usize))
     }
 
     /// Whether `instance` is one this query asks for.
@@ -184,8 +173,11 @@ fn page<T: Clone + Named, P>(
     make: impl Fn(Option<String>, Option<String>, T) -> P,
 ) -> Result<(Vec<P>, usize), String> {
     let (limit, offset) = query.page()?;
-    let total = items(report, query, list).count();
-    let shown = items(report, query, list)
+    // Each list is ordered (sorted) once, and counted from the same pass.
+    let all: Vec<_> = items(report, query, list).collect();
+    let total = all.len();
+    let shown = all
+        .into_iter()
         .skip(offset)
         .take(limit)
         .map(|(instance, item)| {

@@ -55,16 +55,8 @@ impl HistoryQuery {
                     .map_err(|e| format!("since: {text:?} is not an RFC 3339 time ({e})"))
             })
             .transpose()?;
-        let limit = match self.limit.as_deref() {
-            None => DEFAULT_LIMIT,
-            Some(text) => text
-                .parse::<u64>()
-                .ok()
-                .filter(|limit| (1..=MAX_LIMIT).contains(limit))
-                .ok_or_else(|| {
-                    format!("limit: {text:?} is not a whole number from 1 to {MAX_LIMIT}")
-                })?,
-        };
+        let limit =
+            errors::whole_number("limit", self.limit.as_deref(), DEFAULT_LIMIT, 1..=MAX_LIMIT)?;
         Ok(HistoryFilter {
             executor: self.executor.clone(),
             instance: self.instance.clone(),
