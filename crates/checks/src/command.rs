@@ -167,10 +167,10 @@ impl CommandCheck {
             run_to_exit(&mut child, &group, stdout, stderr, &mut out, &mut err),
         )
         .await;
-        let verdict = match ran {
+        let verdict: Observation = match ran {
             Ok(Ok(Ended::Flooded)) => {
                 self.kill(&mut child, &group).await;
-                self.flooded(&out, &err)
+                self.flooded(&out, &err).into()
             }
             Ok(Ok(Ended::Exited(exit))) => {
                 if !exit.pipes_closed {
@@ -178,7 +178,7 @@ impl CommandCheck {
                     // exists through it, so its id is still ours to kill.
                     group.kill();
                 }
-                self.judge(exit.status, &out, &err)
+                self.judge(exit.status, &out, &err).into()
             }
             Ok(Err(e)) => {
                 self.kill(&mut child, &group).await;
@@ -186,6 +186,7 @@ impl CommandCheck {
                     "check command {}: cannot wait for it: {e}",
                     self.inner.program
                 )))
+                .into()
             }
             Err(_elapsed) => {
                 // Read before it is reaped: what this host did to it.
@@ -199,20 +200,20 @@ impl CommandCheck {
                     // figures are the log's.
                     Some(starved) => {
                         tracing::debug!(%program, starved = %starved.said(), "check command starved by this host");
-                        crate::orphans::after_probe();
-                        return Observation::host_busy(self.reason(&format!(
+                        Observation::host_busy(self.reason(&format!(
                             "not judged: Overseer's host did not run check command {program} in time to answer within {within} (its CPUs are busy)"
-                        )));
+                        )))
                     }
                     None => ExecutorHealth::unhealthy(
                         self.reason(&format!("check command {program} timed out after {within}")),
-                    ),
+                    )
+                    .into(),
                 }
             }
         };
         // What it left in a session of its own (setsid) is ended too.
         crate::orphans::after_probe();
-        verdict.into()
+        verdict
     }
 
     /// Kills the program's whole group, then the program, and reaps it.
