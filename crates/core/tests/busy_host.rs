@@ -39,6 +39,24 @@ impl CheckRunner for BusyHost {
     }
 }
 
+/// One executor polled every second, its timeout 500 ms, its checks
+/// started by `host`.
+fn on(
+    host: &BusyHost,
+    executor: Executor,
+) -> (
+    actix::Addr<overseer_core::actors::HealthSupervisor>,
+    crate::supervision::Verdicts,
+    Vec<Arc<overseer_core::stats::ExecutorStats>>,
+) {
+    supervise_on(
+        every(Duration::from_secs(1), Duration::from_millis(500)),
+        RestartPolicy::default(),
+        vec![executor],
+        &AsyncChecks::on(host.clone()),
+    )
+}
+
 const HOST: &str =
     "not judged: Overseer's host did not run the check in time to answer within 500ms";
 
@@ -48,12 +66,7 @@ fn a_check_the_host_runs_too_late_is_unknown_naming_the_host_never_unhealthy() {
         let host = BusyHost::default();
         // Every check starts 2 s after its poll, four times the timeout.
         host.delay(Duration::from_secs(2));
-        let (_supervisor, verdicts, stats) = supervise_on(
-            every(Duration::from_secs(1), Duration::from_millis(500)),
-            RestartPolicy::default(),
-            vec![Executor::new("CeleryExecutor", Healthy)],
-            &AsyncChecks::on(host.clone()),
-        );
+        let (_supervisor, verdicts, stats) = on(&host, Executor::new("CeleryExecutor", Healthy));
         tokio::time::sleep(Duration::from_secs(20)).await;
         let seen = verdicts.of(0);
         assert_eq!(
@@ -96,12 +109,7 @@ fn a_check_started_in_time_that_gets_no_answer_is_the_executors_fault() {
     paused(|| async {
         let host = BusyHost::default();
         host.delay(Duration::from_millis(100));
-        let (_supervisor, verdicts, stats) = supervise_on(
-            every(Duration::from_secs(1), Duration::from_millis(500)),
-            RestartPolicy::default(),
-            vec![Executor::new("HungExecutor", Hangs)],
-            &AsyncChecks::on(host),
-        );
+        let (_supervisor, verdicts, stats) = on(&host, Executor::new("HungExecutor", Hangs));
         tokio::time::sleep(Duration::from_secs(5)).await;
         let seen = verdicts.of(0);
         assert!(
@@ -122,12 +130,7 @@ fn a_hung_check_started_late_is_the_executors_fault_once_it_has_had_its_time() {
         let host = BusyHost::default();
         // Past half the timeout: too little left to answer in.
         host.delay(Duration::from_millis(400));
-        let (_supervisor, verdicts, _) = supervise_on(
-            every(Duration::from_secs(1), Duration::from_millis(500)),
-            RestartPolicy::default(),
-            vec![Executor::new("HungExecutor", Hangs)],
-            &AsyncChecks::on(host),
-        );
+        let (_supervisor, verdicts, _) = on(&host, Executor::new("HungExecutor", Hangs));
         tokio::time::sleep(Duration::from_secs(5)).await;
         let seen = verdicts.of(0);
         let hung = ExecutorHealth::unhealthy("no reply within 500ms");
@@ -150,14 +153,9 @@ fn an_unhealthy_executor_keeps_its_verdict_and_reason_while_the_host_is_busy() {
         let refused =
             ExecutorHealth::unhealthy("broker redis://broker:6379/0 refused the connection");
         let host = BusyHost::default();
-        let (_supervisor, verdicts, stats) = supervise_on(
-            every(Duration::from_secs(1), Duration::from_millis(500)),
-            RestartPolicy::default(),
-            vec![Executor::new(
-                "CeleryExecutor",
-                Scripted::new([(refused.clone(), false)]),
-            )],
-            &AsyncChecks::on(host.clone()),
+        let (_supervisor, verdicts, stats) = on(
+            &host,
+            Executor::new("CeleryExecutor", Scripted::new([(refused.clone(), false)])),
         );
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert!(verdicts.of(0).contains(&refused));
